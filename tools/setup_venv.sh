@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Create or refresh a virtual environment from pinned requirement files, incrementally.
+#
+#   tools/setup_venv.sh VENV_DIR REQUIREMENTS [--no-deps NODEPS_REQUIREMENTS] [--editable]
+#
+# The venv is (re)built only when the stamp (sha256 of the requirement files, this script and
+# the Python version) changes, so a second run costs a second. --editable installs this repo
+# into the venv without dependencies (they are all in REQUIREMENTS).
+set -euo pipefail
+
+venv=$1; shift
+req=$1; shift
+nodeps=""
+editable=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --no-deps) nodeps=$2; shift 2 ;;
+    --editable) editable=1; shift ;;
+    *) echo "setup_venv.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python3.11}
+command -v "$python" >/dev/null || python=python3
+
+files=("$req" "$0")
+[[ -n "$nodeps" ]] && files+=("$nodeps")
+# Requirement files may include others (-r base.txt): hash those too.
+for f in "${files[@]}"; do
+  while read -r inc; do
+    files+=("$(dirname "$f")/$inc")
+  done < <(sed -n 's/^-r  *\([^ ]*\).*/\1/p' "$f")
+done
+stamp=$( { "$python" --version; cat "${files[@]}"; echo "editable=$editable"; } | sha256sum | cut -d' ' -f1)
+
+if [[ -f "$venv/.stamp" && "$(cat "$venv/.stamp")" == "$stamp" ]]; then
+  echo "[setup] $venv is up to date"
+  exit 0
+fi
+
+echo "[setup] building $venv from $req (this takes a few minutes the first time)"
+rm -rf "$venv"
+"$python" -m venv "$venv"
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+"${pip[@]}" install -r "$req" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+if [[ -n "$nodeps" ]]; then
+  "${pip[@]}" install --no-deps -r "$nodeps" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+fi
+if [[ $editable == 1 ]]; then
+  "${pip[@]}" install --no-deps --no-build-isolation -e "$root" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+fi
+echo "$stamp" > "$venv/.stamp"
+echo "[setup] $venv ready"

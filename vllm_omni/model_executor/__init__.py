@@ -1,0 +1,1 @@
+"""Model executor: in-tree model definitions."""

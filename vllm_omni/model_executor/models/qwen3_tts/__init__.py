@@ -1,0 +1,1 @@
+"""Qwen3-TTS model components."""

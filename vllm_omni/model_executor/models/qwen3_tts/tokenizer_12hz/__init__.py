@@ -1,0 +1,13 @@
+"""The Qwen3-TTS 12 Hz speech tokenizer's decoder (Code2Wav), in-tree."""
+
+from .configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Config, Qwen3TTSTokenizerV2DecoderConfig
+from .errors import DecoderConfigError, InvalidCodesError
+from .modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Decoder
+
+__all__ = [
+    "DecoderConfigError",
+    "InvalidCodesError",
+    "Qwen3TTSTokenizerV2Config",
+    "Qwen3TTSTokenizerV2Decoder",
+    "Qwen3TTSTokenizerV2DecoderConfig",
+]
