@@ -76,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
 
     tokenizer_dir = args.checkpoint_dir / "speech_tokenizer"
     tokenizer_dir.mkdir(parents=True, exist_ok=True)
-    save_file({f"decoder.{n}": t.contiguous() for n, t in decoder.state_dict().items()},
-              str(tokenizer_dir / "model.safetensors"))
+    save_file(
+        {f"decoder.{n}": t.contiguous() for n, t in decoder.state_dict().items()},
+        str(tokenizer_dir / "model.safetensors"),
+    )
     (tokenizer_dir / "config.json").write_text(full_config.to_json_string())
     (args.checkpoint_dir / "config.json").write_text(json.dumps({"model_type": "qwen3_tts", "note": "random weights"}))
 

@@ -114,7 +114,7 @@ def read_decoder_tensors(files: SpeechTokenizerFiles) -> tuple[dict[str, torch.T
         with safe_open(files.weights_path, framework="pt") as handle:
             for name in handle.keys():  # noqa: SIM118 - safe_open handles are not iterable
                 if name.startswith(DECODER_PREFIX):
-                    tensors[name[len(DECODER_PREFIX):]] = handle.get_tensor(name)
+                    tensors[name[len(DECODER_PREFIX) :]] = handle.get_tensor(name)
                 else:
                     ignored.append(name)
     except (SafetensorError, OSError) as exc:

@@ -1,8 +1,8 @@
 """Load the Code2Wav decoder of a Qwen3-TTS checkpoint (and, in later stages, export it for devices).
 
-    from vllm_omni.edge.decoder_export import load_code2wav_decoder
-    decoder = load_code2wav_decoder("/models/Qwen3-TTS-12Hz-1.7B-CustomVoice")
-    audio = decoder(codes)   # int64[1, 16, T] -> float32[1, 1, T * 1920]
+from vllm_omni.edge.decoder_export import load_code2wav_decoder
+decoder = load_code2wav_decoder("/models/Qwen3-TTS-12Hz-1.7B-CustomVoice")
+audio = decoder(codes)   # int64[1, 16, T] -> float32[1, 1, T * 1920]
 """
 
 from __future__ import annotations
@@ -38,9 +38,13 @@ def load_decoder_weights(decoder: Qwen3TTSTokenizerV2Decoder, tensors: dict[str,
     if missing:
         problems.append(f"missing {len(missing)} tensor(s): " + ", ".join(f"decoder.{n}" for n in missing[:20]))
     if unexpected:
-        problems.append(f"unexpected {len(unexpected)} tensor(s): " + ", ".join(f"decoder.{n}" for n in unexpected[:20]))
+        problems.append(
+            f"unexpected {len(unexpected)} tensor(s): " + ", ".join(f"decoder.{n}" for n in unexpected[:20])
+        )
     if misshapen:
-        problems.append(f"{len(misshapen)} tensor(s) with the wrong shape: decoder." + "; decoder.".join(misshapen[:20]))
+        problems.append(
+            f"{len(misshapen)} tensor(s) with the wrong shape: decoder." + "; decoder.".join(misshapen[:20])
+        )
     if problems:
         raise CheckpointError(
             "the checkpoint's decoder weights do not match speech_tokenizer/config.json: "
@@ -55,7 +59,9 @@ def load_decoder_weights(decoder: Qwen3TTSTokenizerV2Decoder, tensors: dict[str,
     return set(tensors)
 
 
-def load_code2wav_decoder(model: str | os.PathLike[str], dtype: torch.dtype = torch.float32) -> Qwen3TTSTokenizerV2Decoder:
+def load_code2wav_decoder(
+    model: str | os.PathLike[str], dtype: torch.dtype = torch.float32
+) -> Qwen3TTSTokenizerV2Decoder:
     """The Code2Wav decoder of ``model`` (a checkpoint dir, its ``speech_tokenizer/`` dir, or a hub id).
 
     Geometry comes from ``speech_tokenizer/config.json``; weights are the ``decoder.*`` tensors of
@@ -72,6 +78,11 @@ def load_code2wav_decoder(model: str | os.PathLike[str], dtype: torch.dtype = to
     decoder.precompute_snake_caches()
     logger.info(
         "loaded Code2Wav decoder from %s: %d tensors, %.1f M parameters, %d samples/frame (ignored %d non-decoder "
-        "tensors)", files.directory, len(loaded), decoder.num_parameters() / 1e6, decoder.total_upsample, len(ignored),
+        "tensors)",
+        files.directory,
+        len(loaded),
+        decoder.num_parameters() / 1e6,
+        decoder.total_upsample,
+        len(ignored),
     )
     return decoder

@@ -85,8 +85,9 @@ def write_checkpoint(
     )
     tensors["encoder.encoder.layers.0.conv.weight"] = torch.randn(4, 1, 7, generator=generator)
 
-    _write_atomically(tokenizer_dir / WEIGHTS_FILE, lambda path: save_file(tensors, str(path),
-                                                                           metadata={"note": RANDOM_WEIGHTS_NOTE}))
+    _write_atomically(
+        tokenizer_dir / WEIGHTS_FILE, lambda path: save_file(tensors, str(path), metadata={"note": RANDOM_WEIGHTS_NOTE})
+    )
     tokenizer_config = speech_tokenizer_config(config).to_dict()
     tokenizer_config["note"] = RANDOM_WEIGHTS_NOTE
     _write_atomically(tokenizer_dir / CONFIG_FILE, lambda path: path.write_text(json.dumps(tokenizer_config, indent=2)))

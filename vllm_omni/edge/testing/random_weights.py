@@ -67,7 +67,9 @@ def random_decoder_state(
         elif len(shape) == 1:  # biases, including LayerNorm's
             state[name] = _normal(generator, shape, 0.05)
         else:
-            state[name] = _normal(generator, shape, _weight_gain(name, last_conv, output_gain) / math.sqrt(_fan_in(name, shape)))
+            state[name] = _normal(
+                generator, shape, _weight_gain(name, last_conv, output_gain) / math.sqrt(_fan_in(name, shape))
+            )
     return state
 
 

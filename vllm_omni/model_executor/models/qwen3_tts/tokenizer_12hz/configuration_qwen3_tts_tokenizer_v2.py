@@ -86,8 +86,11 @@ class Qwen3TTSTokenizerV2DecoderConfig:
     def _validate(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.type in ("int", "int | None") and value is not None and (
-                    not isinstance(value, int) or isinstance(value, bool)):
+            if (
+                f.type in ("int", "int | None")
+                and value is not None
+                and (not isinstance(value, int) or isinstance(value, bool))
+            ):
                 raise DecoderConfigError(f"decoder_config.{f.name} must be an integer, found {value!r}")
             if f.type == "float" and (not isinstance(value, int | float) or isinstance(value, bool)):
                 raise DecoderConfigError(f"decoder_config.{f.name} must be a number, found {value!r}")
@@ -98,27 +101,43 @@ class Qwen3TTSTokenizerV2DecoderConfig:
 
         need(self.codebook_dim is not None, "codebook_dim is missing (released checkpoints set it, e.g. 512)")
         need(self.codebook_dim % 2 == 0, f"codebook_dim must be even, found {self.codebook_dim}")
-        need(self.num_quantizers >= 2, f"num_quantizers must be >= 2 (1 semantic + acoustic), found "
-             f"{self.num_quantizers}")
+        need(
+            self.num_quantizers >= 2,
+            f"num_quantizers must be >= 2 (1 semantic + acoustic), found {self.num_quantizers}",
+        )
         need(self.codebook_size >= 1, f"codebook_size must be >= 1, found {self.codebook_size}")
-        need(self.num_attention_heads % self.num_key_value_heads == 0,
-             f"num_attention_heads ({self.num_attention_heads}) must be a multiple of num_key_value_heads "
-             f"({self.num_key_value_heads})")
+        need(
+            self.num_attention_heads % self.num_key_value_heads == 0,
+            f"num_attention_heads ({self.num_attention_heads}) must be a multiple of num_key_value_heads "
+            f"({self.num_key_value_heads})",
+        )
         need(self.head_dim % 2 == 0, f"head_dim must be even for RoPE, found {self.head_dim}")
         need(self.sliding_window >= 1, f"sliding_window must be >= 1, found {self.sliding_window}")
-        need(self.hidden_act in SUPPORTED_ACTIVATIONS,
-             f"hidden_act must be one of {SUPPORTED_ACTIVATIONS}, found {self.hidden_act!r}")
-        need(len(self.upsample_rates) >= 1 and all(r >= 1 for r in self.upsample_rates),
-             f"upsample_rates must be positive integers, found {list(self.upsample_rates)}")
-        need(all(r >= 1 for r in self.upsampling_ratios),
-             f"upsampling_ratios must be positive integers, found {list(self.upsampling_ratios)}")
-        need(self.decoder_dim % 2 ** len(self.upsample_rates) == 0,
-             f"decoder_dim ({self.decoder_dim}) must be divisible by 2**len(upsample_rates) "
-             f"({2 ** len(self.upsample_rates)})")
+        need(
+            self.hidden_act in SUPPORTED_ACTIVATIONS,
+            f"hidden_act must be one of {SUPPORTED_ACTIVATIONS}, found {self.hidden_act!r}",
+        )
+        need(
+            len(self.upsample_rates) >= 1 and all(r >= 1 for r in self.upsample_rates),
+            f"upsample_rates must be positive integers, found {list(self.upsample_rates)}",
+        )
+        need(
+            all(r >= 1 for r in self.upsampling_ratios),
+            f"upsampling_ratios must be positive integers, found {list(self.upsampling_ratios)}",
+        )
+        need(
+            self.decoder_dim % 2 ** len(self.upsample_rates) == 0,
+            f"decoder_dim ({self.decoder_dim}) must be divisible by 2**len(upsample_rates) "
+            f"({2 ** len(self.upsample_rates)})",
+        )
         rope_scaling = self.extra.get("rope_scaling")
-        need(rope_scaling in (None, {}) or (isinstance(rope_scaling, dict)
-                                           and rope_scaling.get("rope_type", rope_scaling.get("type")) == "default"),
-             f"only default RoPE is implemented, found rope_scaling={rope_scaling!r}")
+        need(
+            rope_scaling in (None, {})
+            or (
+                isinstance(rope_scaling, dict) and rope_scaling.get("rope_type", rope_scaling.get("type")) == "default"
+            ),
+            f"only default RoPE is implemented, found rope_scaling={rope_scaling!r}",
+        )
 
     @property
     def total_upsample(self) -> int:
@@ -153,11 +172,24 @@ class Qwen3TTSTokenizerV2DecoderConfig:
     def released(cls) -> Qwen3TTSTokenizerV2DecoderConfig:
         """The geometry of the released ``Qwen/Qwen3-TTS-12Hz-*`` speech tokenizer decoder."""
         return cls(
-            codebook_size=2048, codebook_dim=512, num_quantizers=16,
-            hidden_size=512, head_dim=64, num_attention_heads=16, num_key_value_heads=16,
-            intermediate_size=1024, num_hidden_layers=8, sliding_window=72,
-            rope_theta=10000.0, rms_norm_eps=1e-5, attention_bias=False, hidden_act="silu",
-            latent_dim=1024, decoder_dim=1536, upsampling_ratios=(2, 2), upsample_rates=(8, 5, 4, 3),
+            codebook_size=2048,
+            codebook_dim=512,
+            num_quantizers=16,
+            hidden_size=512,
+            head_dim=64,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            intermediate_size=1024,
+            num_hidden_layers=8,
+            sliding_window=72,
+            rope_theta=10000.0,
+            rms_norm_eps=1e-5,
+            attention_bias=False,
+            hidden_act="silu",
+            latent_dim=1024,
+            decoder_dim=1536,
+            upsampling_ratios=(2, 2),
+            upsample_rates=(8, 5, 4, 3),
         )
 
     @classmethod
@@ -167,11 +199,24 @@ class Qwen3TTSTokenizerV2DecoderConfig:
         than test streams, two upsampling stages) at a fraction of the compute. 48 samples/frame.
         """
         return cls(
-            codebook_size=2048, codebook_dim=64, num_quantizers=16,
-            hidden_size=64, head_dim=32, num_attention_heads=4, num_key_value_heads=2,
-            intermediate_size=128, num_hidden_layers=2, sliding_window=8,
-            rope_theta=10000.0, rms_norm_eps=1e-5, attention_bias=True, hidden_act="silu",
-            latent_dim=96, decoder_dim=64, upsampling_ratios=(2,), upsample_rates=(4, 3, 2),
+            codebook_size=2048,
+            codebook_dim=64,
+            num_quantizers=16,
+            hidden_size=64,
+            head_dim=32,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            sliding_window=8,
+            rope_theta=10000.0,
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            hidden_act="silu",
+            latent_dim=96,
+            decoder_dim=64,
+            upsampling_ratios=(2,),
+            upsample_rates=(4, 3, 2),
         )
 
 
@@ -214,8 +259,14 @@ class Qwen3TTSTokenizerV2Config:
         decoder = Qwen3TTSTokenizerV2DecoderConfig.from_dict(values["decoder_config"])
         kwargs = {
             name: values[name]
-            for name in ("encoder_config", "encoder_valid_num_quantizers", "input_sample_rate",
-                         "output_sample_rate", "encode_downsample_rate", "model_type")
+            for name in (
+                "encoder_config",
+                "encoder_valid_num_quantizers",
+                "input_sample_rate",
+                "output_sample_rate",
+                "encode_downsample_rate",
+                "model_type",
+            )
             if name in values
         }
         return cls(

@@ -293,9 +293,7 @@ class PreTransformer(nn.Module):
         self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.output_proj = nn.Linear(config.hidden_size, config.latent_dim)
-        self.register_buffer(
-            "inv_freq", rope_inverse_frequencies(config.head_dim, config.rope_theta), persistent=False
-        )
+        self.register_buffer("inv_freq", rope_inverse_frequencies(config.head_dim, config.rope_theta), persistent=False)
 
     def rotary(self, num_frames: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin ``[T, head_dim]`` for absolute positions ``0 .. T-1`` (computed in float32)."""
@@ -387,8 +385,12 @@ class Qwen3TTSTokenizerV2Decoder(nn.Module):
         self.pre_conv = CausalConv1d(config.codebook_dim, config.latent_dim, kernel_size=3)
         self.pre_transformer = PreTransformer(config)
         self.upsample = nn.ModuleList(
-            nn.ModuleList([CausalConvTranspose1d(config.latent_dim, config.latent_dim, ratio, ratio),
-                           ConvNeXtBlock(config.latent_dim)])
+            nn.ModuleList(
+                [
+                    CausalConvTranspose1d(config.latent_dim, config.latent_dim, ratio, ratio),
+                    ConvNeXtBlock(config.latent_dim),
+                ]
+            )
             for ratio in config.upsampling_ratios
         )
         stages = len(config.upsample_rates)
@@ -469,8 +471,9 @@ class Qwen3TTSTokenizerV2Decoder(nn.Module):
         convolutions see a truncated past, so chunks after the first differ from the full decode.
         """
         if chunk_size < 1 or left_context_size < 0:
-            raise ValueError(f"chunk_size must be >= 1 and left_context_size >= 0, found {chunk_size}, "
-                             f"{left_context_size}")
+            raise ValueError(
+                f"chunk_size must be >= 1 and left_context_size >= 0, found {chunk_size}, {left_context_size}"
+            )
         self.check_codes(codes)
         frames = codes.shape[-1]
         pieces = []

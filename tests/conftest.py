@@ -1,0 +1,37 @@
+"""Shared fixtures: random-weight checkpoints in the released layout, written once per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from vllm_omni.edge.decoder_export import load_code2wav_decoder
+from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def small_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "small", "small", seed=0)
+
+
+@pytest.fixture(scope="session")
+def small_decoder(small_checkpoint: Path):
+    return load_code2wav_decoder(small_checkpoint)
+
+
+def random_codes(frames: int, num_quantizers: int = 16, codebook_size: int = 2048, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, codebook_size, (1, num_quantizers, frames), generator=generator)
+
+
+def snr_db(reference: torch.Tensor, estimate: torch.Tensor) -> float:
+    """Signal-to-noise ratio of ``estimate`` against ``reference`` in dB (inf when identical)."""
+    reference = reference.double().flatten()
+    noise = (estimate.double().flatten() - reference).pow(2).sum()
+    if noise == 0:
+        return float("inf")
+    return float(10 * torch.log10(reference.pow(2).sum() / noise))

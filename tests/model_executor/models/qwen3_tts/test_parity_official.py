@@ -1,0 +1,92 @@
+"""Parity with the official qwen-tts 0.1.1 implementation (the oracle, run in .venv-oracle).
+
+The oracle builds the official decoder, fills it with random non-trivial weights, writes a
+checkpoint in the released layout and decodes; we load that directory with our loader and
+decode the same codes. Bar: max abs difference <= 1e-4. Measured numbers are written to
+``out/test-reports/parity-<geometry>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import REPO_ROOT, snr_db
+from tests.model_executor.models.qwen3_tts.test_modeling import ODD_GEOMETRY
+from vllm_omni.edge.decoder_export import load_code2wav_decoder
+from vllm_omni.edge.testing.make_checkpoint import decoder_shapes
+from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2DecoderConfig
+
+pytestmark = pytest.mark.oracle
+
+ORACLE_PYTHON = REPO_ROOT / ".venv-oracle" / "bin" / "python"
+ORACLE_SCRIPT = REPO_ROOT / "tools" / "oracle" / "qwen_tts_oracle.py"
+REPORTS = REPO_ROOT / "out" / "test-reports"
+TOLERANCE = 1e-4
+
+
+def run_oracle(workdir: Path, config: Qwen3TTSTokenizerV2DecoderConfig, frames: list[int], chunked: int):
+    if not ORACLE_PYTHON.exists():
+        pytest.fail(f"the oracle venv is missing ({ORACLE_PYTHON}); build it with `make setup-oracle`")
+    geometry = workdir / "decoder_config.json"
+    geometry.write_text(json.dumps(config.to_dict()))
+    checkpoint, results = workdir / "checkpoint", workdir / "oracle.pt"
+    command = [
+        str(ORACLE_PYTHON),
+        str(ORACLE_SCRIPT),
+        "--decoder-config",
+        str(geometry),
+        "--checkpoint-dir",
+        str(checkpoint),
+        "--results",
+        str(results),
+        "--frames",
+        *map(str, frames),
+        "--chunked-frames",
+        str(chunked),
+    ]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    return checkpoint, torch.load(results)
+
+
+def compare(name: str, config, frames: list[int], chunked: int, tmp_path: Path) -> None:
+    checkpoint, oracle = run_oracle(tmp_path, config, frames, chunked)
+    assert oracle["shapes"] == decoder_shapes(config), "checkpoint layout differs from the official module's"
+    decoder = load_code2wav_decoder(checkpoint)
+    report = {"geometry": name, "attn_implementation_official": oracle["attn_implementation"], "forward": {}}
+    failures = []
+    with torch.inference_mode():
+        for count in frames:
+            codes, expected = oracle[f"forward/{count}"]
+            ours = decoder(codes)
+            assert ours.shape == expected.shape
+            difference = float((ours - expected).abs().max())
+            report["forward"][count] = {"max_abs": difference, "snr_db": snr_db(expected, ours)}
+            if difference > TOLERANCE:
+                failures.append(f"forward T={count}: max abs {difference:.3g}")
+        codes, expected = oracle["chunked"]
+        ours = decoder.chunked_decode(codes)
+        difference = float((ours - expected).abs().max())
+        report["chunked_decode"] = {"frames": chunked, "max_abs": difference, "snr_db": snr_db(expected, ours)}
+        if difference > TOLERANCE:
+            failures.append(f"chunked_decode T={chunked}: max abs {difference:.3g}")
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    (REPORTS / f"parity-{name}.json").write_text(json.dumps(report, indent=2))
+    assert not failures, f"over {TOLERANCE}: {failures}; report: {report}"
+
+
+def test_small_geometry_matches_official(tmp_path):
+    compare("small", Qwen3TTSTokenizerV2DecoderConfig.small(), [1, 7, 8, 9, 40, 150], 400, tmp_path)
+
+
+def test_odd_geometry_matches_official(tmp_path):
+    compare("odd", ODD_GEOMETRY, [1, 5, 6, 33], 400, tmp_path)
+
+
+def test_released_geometry_matches_official(tmp_path):
+    compare("released", Qwen3TTSTokenizerV2DecoderConfig.released(), [1, 7, 71, 72, 73, 150, 400], 400, tmp_path)
