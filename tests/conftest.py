@@ -8,7 +8,10 @@ import pytest
 import torch
 
 from vllm_omni.edge.decoder_export import load_code2wav_decoder
+from vllm_omni.edge.testing.codes import random_codes
 from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+
+__all__ = ["random_codes", "snr_db"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,11 +24,6 @@ def small_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def small_decoder(small_checkpoint: Path):
     return load_code2wav_decoder(small_checkpoint)
-
-
-def random_codes(frames: int, num_quantizers: int = 16, codebook_size: int = 2048, seed: int = 0) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, codebook_size, (1, num_quantizers, frames), generator=generator)
 
 
 def snr_db(reference: torch.Tensor, estimate: torch.Tensor) -> float:

@@ -90,6 +90,7 @@ def write_checkpoint(
     )
     tokenizer_config = speech_tokenizer_config(config).to_dict()
     tokenizer_config["note"] = RANDOM_WEIGHTS_NOTE
+    tokenizer_config["random_weights"] = {"geometry": geometry if isinstance(geometry, str) else "custom", "seed": seed}
     _write_atomically(tokenizer_dir / CONFIG_FILE, lambda path: path.write_text(json.dumps(tokenizer_config, indent=2)))
     talker_config = {
         "architectures": ["Qwen3TTSForConditionalGeneration"],
@@ -98,6 +99,21 @@ def write_checkpoint(
     }
     _write_atomically(out / CONFIG_FILE, lambda path: path.write_text(json.dumps(talker_config, indent=2)))
     return out
+
+
+def ensure_checkpoint(out: str | os.PathLike[str], geometry: str = "small", seed: int = 0) -> Path:
+    """Like :func:`write_checkpoint`, but keep a complete checkpoint of the same geometry and seed."""
+    out = Path(out)
+    config_path = out / SPEECH_TOKENIZER_DIR / CONFIG_FILE
+    if config_path.is_file() and (out / SPEECH_TOKENIZER_DIR / WEIGHTS_FILE).is_file():
+        try:
+            stamp = json.loads(config_path.read_text()).get("random_weights")
+        except json.JSONDecodeError:
+            stamp = None
+        if stamp == {"geometry": geometry, "seed": seed}:
+            logger.info("reusing the random-weight checkpoint at %s", out)
+            return out
+    return write_checkpoint(out, geometry, seed)
 
 
 def _write_atomically(path: Path, write) -> None:
