@@ -25,9 +25,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vllm_omni.edge.decoder_export import load_code2wav_decoder  # noqa: E402
-from vllm_omni.edge.testing.codes import random_codes  # noqa: E402
-from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint  # noqa: E402
+from vllm_omni.edge.decoder_export import load_code2wav_decoder
+from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
 
 SAMPLE_RATE = 24000
 
@@ -45,8 +45,11 @@ def count_macs(decoder: nn.Module, codes: torch.Tensor) -> int:
         elif isinstance(module, nn.Linear):
             total += output.numel() * module.in_features
 
-    handles = [m.register_forward_hook(hook) for m in decoder.modules() if isinstance(m, nn.Conv1d | nn.ConvTranspose1d
-                                                                                       | nn.Linear)]
+    handles = [
+        m.register_forward_hook(hook)
+        for m in decoder.modules()
+        if isinstance(m, nn.Conv1d | nn.ConvTranspose1d | nn.Linear)
+    ]
     with torch.inference_mode():
         decoder(codes)
     for handle in handles:
@@ -81,11 +84,18 @@ def main(argv: list[str] | None = None) -> int:
                 times.append(time.perf_counter() - start)
         seconds = statistics.median(times)
         audio_seconds = frames * decoder.total_upsample / SAMPLE_RATE
-        rows.append({
-            "frames": frames, "audio_seconds": audio_seconds, "median_seconds": seconds, "all_seconds": times,
-            "real_time_factor": seconds / audio_seconds, "gmac": macs / 1e9, "gmac_per_frame": macs / frames / 1e9,
-            "gflops": 2 * macs / seconds / 1e9,
-        })
+        rows.append(
+            {
+                "frames": frames,
+                "audio_seconds": audio_seconds,
+                "median_seconds": seconds,
+                "all_seconds": times,
+                "real_time_factor": seconds / audio_seconds,
+                "gmac": macs / 1e9,
+                "gmac_per_frame": macs / frames / 1e9,
+                "gflops": 2 * macs / seconds / 1e9,
+            }
+        )
         print(f"[bench] {frames} frames: {seconds:.2f} s (RTF {seconds / audio_seconds:.3f})", flush=True)
     baseline = rows[0]["median_seconds"] / rows[0]["frames"]
     for row in rows:
@@ -93,18 +103,25 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "benchmark": "full_decode (eager torch, _forward_exact)",
         "weights": "random" if not args.model else str(args.model),
-        "geometry": args.geometry, "threads": args.threads, "torch": torch.__version__,
-        "machine": platform.machine(), "processor": platform.processor(),
+        "geometry": args.geometry,
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "processor": platform.processor(),
         "baseline": f"time per frame at {rows[0]['frames']} frames",
         "rows": rows,
     }
     (args.out / "full_decode.json").write_text(json.dumps(report, indent=2))
     print(f"\nfull decode, {args.geometry} geometry, RANDOM WEIGHTS, {args.threads} threads, torch {torch.__version__}")
-    print(f"{'frames':>7} {'audio s':>8} {'decode s':>9} {'RTF':>6} {'GMAC/frame':>11} {'GFLOP/s':>8} {'per-frame x':>12}")
+    print(
+        f"{'frames':>7} {'audio s':>8} {'decode s':>9} {'RTF':>6} {'GMAC/frame':>11} {'GFLOP/s':>8} {'per-frame x':>12}"
+    )
     for row in rows:
-        print(f"{row['frames']:>7} {row['audio_seconds']:>8.2f} {row['median_seconds']:>9.2f} "
-              f"{row['real_time_factor']:>6.3f} {row['gmac_per_frame']:>11.2f} {row['gflops']:>8.1f} "
-              f"{row['per_frame_vs_baseline']:>12.2f}")
+        print(
+            f"{row['frames']:>7} {row['audio_seconds']:>8.2f} {row['median_seconds']:>9.2f} "
+            f"{row['real_time_factor']:>6.3f} {row['gmac_per_frame']:>11.2f} {row['gflops']:>8.1f} "
+            f"{row['per_frame_vs_baseline']:>12.2f}"
+        )
     print(f"-> {args.out / 'full_decode.json'}")
     return 0
 

@@ -32,7 +32,9 @@ def read_wav(path: str | os.PathLike[str]) -> tuple[np.ndarray, int]:
     """Read a mono 16-bit WAV file as ``(float32 samples in [-1, 1], sample_rate)``."""
     with wave.open(str(path), "rb") as handle:
         if handle.getnchannels() != 1 or handle.getsampwidth() != 2:
-            raise ValueError(f"{path}: expected mono 16-bit PCM, found {handle.getnchannels()} channel(s) of "
-                             f"{8 * handle.getsampwidth()} bits")
+            raise ValueError(
+                f"{path}: expected mono 16-bit PCM, found {handle.getnchannels()} channel(s) of "
+                f"{8 * handle.getsampwidth()} bits"
+            )
         frames = handle.readframes(handle.getnframes())
         return np.frombuffer(frames, dtype="<i2").astype(np.float32) / 32767.0, handle.getframerate()

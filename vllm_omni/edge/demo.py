@@ -28,8 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("out/demo"))
     parser.add_argument("--model", help="checkpoint dir or hub id (default: a random-weight released-layout one)")
-    parser.add_argument("--geometry", choices=("released", "small"), default="released",
-                        help="geometry of the embedded random-weight checkpoint")
+    parser.add_argument(
+        "--geometry",
+        choices=("released", "small"),
+        default="released",
+        help="geometry of the embedded random-weight checkpoint",
+    )
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -63,8 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         "wav": str(wav),
     }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"[demo] decoded {frames} frames -> {audio_seconds:.2f} s of audio in {seconds:.2f} s "
-          f"(real-time factor {summary['real_time_factor']}) -> {wav}")
+    print(
+        f"[demo] decoded {frames} frames -> {audio_seconds:.2f} s of audio in {seconds:.2f} s "
+        f"(real-time factor {summary['real_time_factor']}) -> {wav}"
+    )
     return 0
 
 
