@@ -220,7 +220,10 @@ class Code2WavStep(nn.Module):
     def forward(
         self, audio_codes: torch.Tensor, freqs_in: torch.Tensor, cache_valid: torch.Tensor, cache_in: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``int64[1,Q,B]``, ``float32[B,D/2]``, ``float32[1]``, ``float32[N]`` -> ``float32[B*hop]``, ``float32[N]``."""
+        """Decode one step: see the module docstring of ``step_contract`` for shapes.
+
+        Inputs in order: audio_codes, freqs_in, cache_valid, cache_in; outputs: audio_values, cache_out.
+        """
         decoder, cache = self.decoder, _CacheIO(self.layout, cache_in)
         hidden = decoder.quantizer.decode(audio_codes)
         hidden = self._conv(cache, "pre_conv", decoder.pre_conv, hidden).transpose(1, 2)
@@ -270,3 +273,16 @@ class Code2WavStep(nn.Module):
             torch.zeros(shapes["cache_valid"]),
             torch.zeros(shapes["cache_in"]),
         )
+
+
+class TorchStepRunner:
+    """Runs a :class:`Code2WavStep` eagerly behind the runtime's ``StepRunner`` interface (tests, debugging)."""
+
+    def __init__(self, step: Code2WavStep):
+        self.step = step
+        self.contract = step.contract
+
+    def run(self, codes, freqs, cache_valid, cache):
+        with torch.inference_mode():
+            audio, cache_out = self.step(*(torch.from_numpy(a) for a in (codes, freqs, cache_valid, cache)))
+        return audio.numpy(), cache_out.numpy()

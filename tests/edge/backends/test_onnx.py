@@ -1,0 +1,92 @@
+"""Stateful step graphs exported to ONNX and run by onnxruntime (small geometry)."""
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import torch
+
+from tests.conftest import random_codes
+from vllm_omni.edge.backends.onnx import export_step_onnx, graph_contract, op_report
+from vllm_omni.edge.runtime import StatefulDecoder
+from vllm_omni.edge.runtime.onnx_step import OnnxStepRunner
+from vllm_omni.edge.step_contract import StepContractError
+
+
+@pytest.fixture(scope="module")
+def step_graphs(small_decoder, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("steps")
+    return {b: export_step_onnx(small_decoder, b, directory / f"step_b{b}.onnx") for b in (2, 16)}
+
+
+def test_graph_has_the_contract_names_shapes_and_dtypes(step_graphs):
+    session = onnxruntime.InferenceSession(str(step_graphs[16]), providers=["CPUExecutionProvider"])
+    inputs = [(i.name, i.shape, i.type) for i in session.get_inputs()]
+    outputs = [(o.name, o.shape, o.type) for o in session.get_outputs()]
+    n = graph_contract(step_graphs[16]).cache_numel
+    assert inputs == [
+        ("audio_codes", [1, 16, 16], "tensor(int64)"),
+        ("freqs_in", [16, 16], "tensor(float)"),
+        ("cache_valid", [1], "tensor(float)"),
+        ("cache_in", [n], "tensor(float)"),
+    ]
+    assert outputs == [("audio_values", [16 * 48], "tensor(float)"), ("cache_out", [n], "tensor(float)")]
+
+
+def test_graph_contract_reads_b_n_and_head_dim_back(step_graphs, small_decoder):
+    contract = graph_contract(step_graphs[2])
+    assert (contract.step_frames, contract.head_dim, contract.kv_slots, contract.hop) == (2, 32, 7, 48)
+    assert contract.cache_numel == graph_contract(step_graphs[16]).cache_numel == contract.layout.numel
+    assert contract.geometry["sliding_window"] == 8
+    model = onnx.load(str(step_graphs[2]), load_external_data=False)
+    assert model.opset_import[0].version == 17
+    assert not model.graph.initializer[0].external_data  # self-contained
+
+
+def test_onnxruntime_first_and_main_steps_equal_the_full_decode(step_graphs, small_decoder):
+    codes = random_codes(90, seed=11)
+    with torch.inference_mode():
+        full = small_decoder(codes)[0, 0].numpy().astype(np.float64)
+    decoder = StatefulDecoder(OnnxStepRunner(step_graphs[16]), first=OnnxStepRunner(step_graphs[2]))
+    frames = codes[0].T.numpy()
+    audio = np.concatenate(
+        [decoder.feed(frames[:3]), decoder.feed(frames[3:50]), decoder.feed(frames[50:]), decoder.flush()]
+    ).astype(np.float64)
+    snr = 10 * np.log10((full**2).sum() / ((audio - full) ** 2).sum())
+    assert snr >= 90, snr
+
+
+def test_op_report_counts_nodes_and_names_risky_ops(step_graphs):
+    report = op_report(step_graphs[2])
+    assert report.nodes == sum(report.op_counts.values()) > 100
+    assert set(report.risky) <= {
+        "IsNaN",
+        "Neg",
+        "Range",
+        "Reciprocal",
+        "Pad",
+        "Exp",
+        "ConstantOfShape",
+        "Shape",
+        "Split",
+    }
+    assert "Neg" not in report.risky and "Reciprocal" not in report.risky and "Exp" not in report.risky
+
+
+def test_a_graph_that_is_not_a_step_is_refused(tmp_path, small_decoder):
+    path = tmp_path / "plain.onnx"
+    torch.onnx.export(small_decoder, (random_codes(3),), str(path), opset_version=17, dynamo=False)
+    with pytest.raises(StepContractError, match="not a Qwen3-TTS stateful step graph"):
+        graph_contract(path)
+    (tmp_path / "junk.onnx").write_bytes(b"not onnx at all")
+    with pytest.raises(StepContractError, match="not a readable ONNX file"):
+        graph_contract(tmp_path / "junk.onnx")
+
+
+def test_failed_check_leaves_no_file_behind(small_decoder, tmp_path, monkeypatch):
+    import vllm_omni.edge.backends.onnx as onnx_backend
+
+    monkeypatch.setattr(onnx_backend, "EXACT_SNR_DB", 1e9)  # an impossible bar
+    with pytest.raises(onnx_backend.EdgeExportError, match="do not ship it"):
+        export_step_onnx(small_decoder, 2, tmp_path / "step.onnx")
+    assert list(tmp_path.iterdir()) == []
