@@ -23,6 +23,7 @@ lint: setup
 
 bench: setup
 	$(PY) benchmarks/bench_full_decode.py --out out/bench
+	$(PY) benchmarks/bench_stateful.py --out out/bench
 
 clean:
 	rm -rf out .pytest_cache

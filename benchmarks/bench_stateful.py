@@ -63,10 +63,16 @@ def worker_stateful(args) -> dict:
     np.save(args.audio_out, audio)
     seconds = sum(step_times)
     audio_seconds = len(codes) * contract.hop / contract.sample_rate
-    return {"config": f"stateful B={contract.step_frames}", "seconds": seconds, "audio_seconds": audio_seconds,
-            "rtf": seconds / audio_seconds, "first_audio_seconds": step_times[0],
-            "warm_step_seconds": statistics.median(step_times[1:-1] or step_times),
-            "session_seconds": session_seconds, "peak_rss_mb": peak_rss_mb()}
+    return {
+        "config": f"stateful B={contract.step_frames}",
+        "seconds": seconds,
+        "audio_seconds": audio_seconds,
+        "rtf": seconds / audio_seconds,
+        "first_audio_seconds": step_times[0],
+        "warm_step_seconds": statistics.median(step_times[1:-1] or step_times),
+        "session_seconds": session_seconds,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def worker_torch(args) -> dict:
@@ -86,8 +92,14 @@ def worker_torch(args) -> dict:
             seconds = time.perf_counter() - start
             np.save(args.audio_out, audio)
             audio_seconds = codes.shape[-1] * hop_seconds
-            return {"config": "full decode", "seconds": seconds, "audio_seconds": audio_seconds,
-                    "rtf": seconds / audio_seconds, "first_audio_seconds": seconds, "peak_rss_mb": peak_rss_mb()}
+            return {
+                "config": "full decode",
+                "seconds": seconds,
+                "audio_seconds": audio_seconds,
+                "rtf": seconds / audio_seconds,
+                "first_audio_seconds": seconds,
+                "peak_rss_mb": peak_rss_mb(),
+            }
         window = codes[..., : CONTEXT_FRAMES + args.chunk]
         decoder._forward_exact(window)  # warm-up
         times = []
@@ -96,10 +108,14 @@ def worker_torch(args) -> dict:
             decoder._forward_exact(window)
             times.append(time.perf_counter() - start)
         seconds = statistics.median(times)
-        return {"config": f"windowed C={args.chunk}", "seconds_per_window": seconds,
-                "rtf": seconds / (args.chunk * hop_seconds),
-                "compute_overhead": (CONTEXT_FRAMES + args.chunk) / args.chunk,
-                "first_audio_seconds": None, "peak_rss_mb": peak_rss_mb()}
+        return {
+            "config": f"windowed C={args.chunk}",
+            "seconds_per_window": seconds,
+            "rtf": seconds / (args.chunk * hop_seconds),
+            "compute_overhead": (CONTEXT_FRAMES + args.chunk) / args.chunk,
+            "first_audio_seconds": None,
+            "peak_rss_mb": peak_rss_mb(),
+        }
 
 
 def run_worker(extra: list[str]) -> dict:
@@ -155,33 +171,76 @@ def main(argv: list[str] | None = None) -> int:
     del decoder
 
     print("[bench] full decode", flush=True)
-    full = run_worker(["--worker", "full", "--model", str(model), "--codes", str(codes_path),
-                       "--audio-out", str(args.out / "full.npy")])
+    full = run_worker(
+        [
+            "--worker",
+            "full",
+            "--model",
+            str(model),
+            "--codes",
+            str(codes_path),
+            "--audio-out",
+            str(args.out / "full.npy"),
+        ]
+    )
     reference = np.load(args.out / "full.npy").astype(np.float64)
     rows = [full]
     for size in args.steps:
         print(f"[bench] stateful B={size}", flush=True)
-        row = run_worker(["--worker", "stateful", "--graph", str(graphs[size]), "--codes", str(codes_path),
-                          "--audio-out", str(args.out / f"stateful_b{size}.npy")])
+        row = run_worker(
+            [
+                "--worker",
+                "stateful",
+                "--graph",
+                str(graphs[size]),
+                "--codes",
+                str(codes_path),
+                "--audio-out",
+                str(args.out / f"stateful_b{size}.npy"),
+            ]
+        )
         audio = np.load(args.out / f"stateful_b{size}.npy").astype(np.float64)
         row["snr_db_vs_full"] = float(10 * np.log10((reference**2).sum() / ((audio - reference) ** 2).sum()))
         rows.append(row)
         print(f"[bench] windowed C={size}", flush=True)
-        rows.append(run_worker(["--worker", "windowed", "--model", str(model), "--codes", str(codes_path),
-                                "--chunk", str(size), "--window-repeats", str(args.window_repeats)]))
+        rows.append(
+            run_worker(
+                [
+                    "--worker",
+                    "windowed",
+                    "--model",
+                    str(model),
+                    "--codes",
+                    str(codes_path),
+                    "--chunk",
+                    str(size),
+                    "--window-repeats",
+                    str(args.window_repeats),
+                ]
+            )
+        )
     for row in rows:
         row["rtf_vs_full"] = row["rtf"] / full["rtf"]
     stream_seconds = full["audio_seconds"]
-    report = {"benchmark": "stateful onnxruntime vs windowed vs full", "weights": "random", "geometry": args.geometry,
-              "stream_frames": frames, "stream_seconds": stream_seconds, "baseline": "full decode RTF", "rows": rows}
+    report = {
+        "benchmark": "stateful onnxruntime vs windowed vs full",
+        "weights": "random",
+        "geometry": args.geometry,
+        "stream_frames": frames,
+        "stream_seconds": stream_seconds,
+        "baseline": "full decode RTF",
+        "rows": rows,
+    }
     (args.out / "stateful.json").write_text(json.dumps(report, indent=2))
     print(f"\n{args.geometry} geometry, RANDOM WEIGHTS, {frames} frames ({stream_seconds:.1f} s); one process per row")
     print(f"{'config':>16} {'RTF':>7} {'x full':>7} {'first audio s':>14} {'peak RSS MB':>12} {'SNR dB':>7}")
     for row in rows:
         first = "-" if row.get("first_audio_seconds") is None else f"{row['first_audio_seconds']:.3f}"
         snr = f"{row['snr_db_vs_full']:.1f}" if "snr_db_vs_full" in row else "-"
-        print(f"{row['config']:>16} {row['rtf']:>7.3f} {row['rtf_vs_full']:>7.2f} {first:>14} "
-              f"{row['peak_rss_mb']:>12.0f} {snr:>7}")
+        print(
+            f"{row['config']:>16} {row['rtf']:>7.3f} {row['rtf_vs_full']:>7.2f} {first:>14} "
+            f"{row['peak_rss_mb']:>12.0f} {snr:>7}"
+        )
     print(f"-> {args.out / 'stateful.json'}")
     return 0
 

@@ -25,8 +25,11 @@ TARGETS = ("rk3588", "rk3576", "rk3562", "rk3566", "rk3568")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-dir", default=os.environ.get("QWEN3_TTS_MODEL"),
-                        help="checkpoint dir or hub id (default: $QWEN3_TTS_MODEL)")
+    parser.add_argument(
+        "--model-dir",
+        default=os.environ.get("QWEN3_TTS_MODEL"),
+        help="checkpoint dir or hub id (default: $QWEN3_TTS_MODEL)",
+    )
     parser.add_argument("--codes-length", type=int, default=16, help="frames per step (B)")
     parser.add_argument("--first-codes-length", type=int, help="also export a small first-step graph of B1 frames")
     parser.add_argument("--target", choices=TARGETS, default="rk3588")
@@ -70,12 +73,16 @@ def run(args: argparse.Namespace) -> int:
         else:
             export_step_onnx(decoder, size, path, opset=args.opset)
             contract = graph_contract(path)
-            print(f"{path}: B={contract.step_frames} N={contract.cache_numel} head_dim={contract.head_dim} "
-                  f"({path.stat().st_size / 1e6:.1f} MB)")
+            print(
+                f"{path}: B={contract.step_frames} N={contract.cache_numel} head_dim={contract.head_dim} "
+                f"({path.stat().st_size / 1e6:.1f} MB)"
+            )
     if not (args.skip_rknn or args.check_only):
-        print("error: compiling to .rknn needs the converter venv (.venv-rknn) and tools/rknn/rknn_build.py, which "
-              "this version does not ship yet; rerun with --skip-rknn to stop at the ONNX step graph",
-              file=sys.stderr)
+        print(
+            "error: compiling to .rknn needs the converter venv (.venv-rknn) and tools/rknn/rknn_build.py, which "
+            "this version does not ship yet; rerun with --skip-rknn to stop at the ONNX step graph",
+            file=sys.stderr,
+        )
         return 3
     return 0
 
