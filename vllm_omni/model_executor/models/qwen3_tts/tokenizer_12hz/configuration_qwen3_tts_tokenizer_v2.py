@@ -196,7 +196,8 @@ class Qwen3TTSTokenizerV2DecoderConfig:
     def small(cls) -> Qwen3TTSTokenizerV2DecoderConfig:
         """A small geometry for tests: every structural feature of the released one (split RVQ,
         explicit head_dim != hidden/heads, GQA, attention bias, a sliding window much shorter
-        than test streams, two upsampling stages) at a fraction of the compute. 48 samples/frame.
+        than test streams, a ConvNeXt upsampling stage and three decoder blocks) at a fraction of the
+        compute. 48 samples per frame.
         """
         return cls(
             codebook_size=2048,

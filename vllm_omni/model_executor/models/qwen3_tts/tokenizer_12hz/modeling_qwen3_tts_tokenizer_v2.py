@@ -53,7 +53,6 @@ class CausalConvTranspose1d(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
         super().__init__()
         self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
-        self.right_trim = kernel_size - stride
         self.stride = stride
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
