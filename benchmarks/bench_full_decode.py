@@ -28,8 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vllm_omni.edge.decoder_export import load_code2wav_decoder
 from vllm_omni.edge.testing.codes import random_codes
 from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
-
-SAMPLE_RATE = 24000
+from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
 
 
 def count_macs(decoder: nn.Module, codes: torch.Tensor) -> int:
@@ -83,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 decoder._forward_exact(codes)
                 times.append(time.perf_counter() - start)
         seconds = statistics.median(times)
-        audio_seconds = frames * decoder.total_upsample / SAMPLE_RATE
+        audio_seconds = frames * decoder.total_upsample / OUTPUT_SAMPLE_RATE
         rows.append(
             {
                 "frames": frames,

@@ -80,10 +80,11 @@ def worker_torch(args) -> dict:
     import torch
 
     from vllm_omni.edge.decoder_export import load_code2wav_decoder
+    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
 
     decoder = load_code2wav_decoder(args.model)
     codes = torch.from_numpy(np.load(args.codes)).T[None]
-    hop_seconds = decoder.total_upsample / 24000
+    hop_seconds = decoder.total_upsample / OUTPUT_SAMPLE_RATE
     with torch.inference_mode():
         if args.worker == "full":
             decoder._forward_exact(codes[..., :8])  # warm-up
@@ -147,16 +148,18 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
+    from vllm_omni.edge.audio import snr_db
     from vllm_omni.edge.backends.onnx import export_step_onnx
     from vllm_omni.edge.decoder_export import load_code2wav_decoder
     from vllm_omni.edge.testing.codes import random_codes
     from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
+    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
 
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
     model = ensure_checkpoint(args.out / f"checkpoint-{args.geometry}", args.geometry)
     decoder = load_code2wav_decoder(model)
-    frames = round(args.seconds * 24000 / decoder.total_upsample)
+    frames = round(args.seconds * OUTPUT_SAMPLE_RATE / decoder.total_upsample)
     codes_path = args.out / "stream_codes.npy"
     np.save(codes_path, random_codes(frames, seed=2024)[0].T.numpy())
     graphs = {}
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             str(args.out / "full.npy"),
         ]
     )
-    reference = np.load(args.out / "full.npy").astype(np.float64)
+    reference = np.load(args.out / "full.npy")
     rows = [full]
     for size in args.steps:
         print(f"[bench] stateful B={size}", flush=True)
@@ -199,8 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(args.out / f"stateful_b{size}.npy"),
             ]
         )
-        audio = np.load(args.out / f"stateful_b{size}.npy").astype(np.float64)
-        row["snr_db_vs_full"] = float(10 * np.log10((reference**2).sum() / ((audio - reference) ** 2).sum()))
+        row["snr_db_vs_full"] = snr_db(reference, np.load(args.out / f"stateful_b{size}.npy"))
         rows.append(row)
         print(f"[bench] windowed C={size}", flush=True)
         rows.append(

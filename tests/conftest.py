@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from vllm_omni.edge.audio import snr_db as audio_snr_db
 from vllm_omni.edge.decoder_export import load_code2wav_decoder
 from vllm_omni.edge.testing.codes import random_codes
 from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
@@ -28,8 +29,4 @@ def small_decoder(small_checkpoint: Path):
 
 def snr_db(reference: torch.Tensor, estimate: torch.Tensor) -> float:
     """Signal-to-noise ratio of ``estimate`` against ``reference`` in dB (inf when identical)."""
-    reference = reference.double().flatten()
-    noise = (estimate.double().flatten() - reference).pow(2).sum()
-    if noise == 0:
-        return float("inf")
-    return float(10 * torch.log10(reference.pow(2).sum() / noise))
+    return audio_snr_db(reference.detach().numpy(), estimate.detach().numpy())

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from tests.conftest import random_codes
+from vllm_omni.edge.audio import snr_db as snr
 from vllm_omni.edge.runtime import StatefulDecoder
 from vllm_omni.edge.stateful import Code2WavStep, TorchStepRunner, cache_layout
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
@@ -13,11 +14,6 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
 )
 
 STREAM_FRAMES = 101  # > 10x the small geometry's window of 8, and not a multiple of any tested B
-
-
-def snr(reference: np.ndarray, estimate: np.ndarray) -> float:
-    reference, estimate = reference.astype(np.float64), estimate.astype(np.float64)
-    return float(10 * np.log10((reference**2).sum() / ((estimate - reference) ** 2).sum()))
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""PCM helpers shared by the demo, the client and the benchmarks (numpy only, no torch)."""
+"""PCM and audio-quality helpers shared by the demo, exporters, tests and benchmarks (numpy only)."""
 
 from __future__ import annotations
 
@@ -28,13 +28,10 @@ def write_wav(path: str | os.PathLike[str], samples: np.ndarray, sample_rate: in
     return path
 
 
-def read_wav(path: str | os.PathLike[str]) -> tuple[np.ndarray, int]:
-    """Read a mono 16-bit WAV file as ``(float32 samples in [-1, 1], sample_rate)``."""
-    with wave.open(str(path), "rb") as handle:
-        if handle.getnchannels() != 1 or handle.getsampwidth() != 2:
-            raise ValueError(
-                f"{path}: expected mono 16-bit PCM, found {handle.getnchannels()} channel(s) of "
-                f"{8 * handle.getsampwidth()} bits"
-            )
-        frames = handle.readframes(handle.getnframes())
-        return np.frombuffer(frames, dtype="<i2").astype(np.float32) / 32767.0, handle.getframerate()
+def snr_db(reference: np.ndarray, estimate: np.ndarray) -> float:
+    """Signal-to-noise ratio of ``estimate`` against ``reference`` in dB, in float64 (inf when identical)."""
+    reference = np.asarray(reference, dtype=np.float64).ravel()
+    noise = float(((np.asarray(estimate, dtype=np.float64).ravel() - reference) ** 2).sum())
+    if noise == 0:
+        return float("inf")
+    return float(10 * np.log10(float((reference**2).sum()) / noise))

@@ -1,8 +1,10 @@
 """Load the Code2Wav decoder of a Qwen3-TTS checkpoint (and, in later stages, export it for devices).
 
-from vllm_omni.edge.decoder_export import load_code2wav_decoder
-decoder = load_code2wav_decoder("/models/Qwen3-TTS-12Hz-1.7B-CustomVoice")
-audio = decoder(codes)   # int64[1, 16, T] -> float32[1, 1, T * 1920]
+Usage::
+
+    from vllm_omni.edge.decoder_export import load_code2wav_decoder
+    decoder = load_code2wav_decoder("/models/Qwen3-TTS-12Hz-1.7B-CustomVoice")
+    audio = decoder(codes)   # int64[1, 16, T] -> float32[1, 1, T * 1920]
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
+
 from .audio import write_wav
 from .decoder_export import load_code2wav_decoder
 from .testing.codes import random_codes
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[demo] using RANDOM WEIGHTS in the released layout at {model} (geometry: {args.geometry})")
     decoder = load_code2wav_decoder(model)
     config = decoder.config
-    sample_rate = 24000
+    sample_rate = OUTPUT_SAMPLE_RATE
     frames = max(1, round(args.seconds * sample_rate / decoder.total_upsample))
     codes = random_codes(frames, config.num_quantizers, config.codebook_size, seed=args.seed)
 

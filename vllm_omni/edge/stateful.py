@@ -19,7 +19,7 @@ import math
 import torch
 from torch import nn
 
-from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2Decoder
+from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE, Qwen3TTSTokenizerV2Decoder
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
     Attention,
     CausalConv1d,
@@ -34,7 +34,6 @@ from .errors import EdgeExportError
 from .step_contract import CacheLayout, StepContract
 
 MASK_VALUE = -100.0  # exp(-100) is 0 in fp16; -inf and -3e4 misbehave on NPU softmax (DESIGN §4)
-SAMPLE_RATE = 24000
 
 
 def conv_tail(module: CausalConv1d) -> int:
@@ -84,7 +83,7 @@ def step_contract(decoder: Qwen3TTSTokenizerV2Decoder, step_frames: int) -> Step
         head_dim=config.head_dim,
         kv_slots=config.sliding_window - 1,
         hop=decoder.total_upsample,
-        sample_rate=SAMPLE_RATE,
+        sample_rate=OUTPUT_SAMPLE_RATE,
         num_quantizers=config.num_quantizers,
         codebook_size=config.codebook_size,
         rope_inv_freq=tuple(float(f) for f in inv_freq),
@@ -137,7 +136,6 @@ class Code2WavStep(nn.Module):
         self.decoder = decoder
         self.step_frames = step_frames
         self.contract = step_contract(decoder, step_frames)
-        self.layout = self.contract.layout
         slots, frames = config.sliding_window - 1, step_frames
         keys = slots + frames
         # Constant selection matrices: history + new -> all keys; all keys -> next history.
@@ -224,7 +222,7 @@ class Code2WavStep(nn.Module):
 
         Inputs in order: audio_codes, freqs_in, cache_valid, cache_in; outputs: audio_values, cache_out.
         """
-        decoder, cache = self.decoder, _CacheIO(self.layout, cache_in)
+        decoder, cache = self.decoder, _CacheIO(self.contract.layout, cache_in)
         hidden = decoder.quantizer.decode(audio_codes)
         hidden = self._conv(cache, "pre_conv", decoder.pre_conv, hidden).transpose(1, 2)
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..audio import snr_db
 from ..errors import EdgeExportError
 from ..step_contract import INPUT_NAMES, OUTPUT_NAMES, StepContract, StepContractError
 
@@ -161,13 +162,12 @@ def check_step_graph(
     frames = frames or max(3 * contract.step_frames, 2 * (contract.kv_slots + 1))
     codes = random_codes(frames, contract.num_quantizers, contract.codebook_size, seed=1234)
     with torch.inference_mode():
-        reference = decoder(codes)[0, 0].numpy().astype(np.float64)
+        reference = decoder(codes)[0, 0].numpy()
     stream = StatefulDecoder(runner)
-    audio = np.concatenate([stream.feed(codes[0].T.numpy()), stream.flush()]).astype(np.float64)
+    audio = np.concatenate([stream.feed(codes[0].T.numpy()), stream.flush()])
     if audio.shape != reference.shape:
         raise EdgeExportError(f"{path}: stepwise decode gave {audio.size} samples, the full decode {reference.size}")
-    noise = float(((audio - reference) ** 2).sum())
-    snr = float("inf") if noise == 0 else 10 * np.log10(float((reference**2).sum()) / noise)
+    snr = snr_db(reference, audio)
     if snr < EXACT_SNR_DB:
         raise EdgeExportError(
             f"{path}: onnxruntime stepwise decode is {snr:.1f} dB from the full decode over "

@@ -19,6 +19,7 @@ from typing import Any
 from .errors import DecoderConfigError
 
 SUPPORTED_ACTIVATIONS = ("silu", "gelu")
+OUTPUT_SAMPLE_RATE = 24000  # Hz, of every released 12 Hz speech tokenizer
 
 
 @dataclass(frozen=True)
@@ -231,8 +232,8 @@ class Qwen3TTSTokenizerV2Config:
     decoder_config: Qwen3TTSTokenizerV2DecoderConfig
     encoder_config: dict[str, Any] = field(default_factory=dict)
     encoder_valid_num_quantizers: int = 16
-    input_sample_rate: int = 24000
-    output_sample_rate: int = 24000
+    input_sample_rate: int = OUTPUT_SAMPLE_RATE
+    output_sample_rate: int = OUTPUT_SAMPLE_RATE
     decode_upsample_rate: int = 1920
     encode_downsample_rate: int = 1920
     model_type: str = "qwen3_tts_tokenizer_12hz"
