@@ -1,23 +1,31 @@
-"""Load the Code2Wav decoder of a Qwen3-TTS checkpoint (and, in later stages, export it for devices).
+"""Load the Code2Wav decoder of a Qwen3-TTS checkpoint and export its windowed programs for devices.
 
-Usage::
+Library use::
 
     from vllm_omni.edge.decoder_export import load_code2wav_decoder
     decoder = load_code2wav_decoder("/models/Qwen3-TTS-12Hz-1.7B-CustomVoice")
     audio = decoder(codes)   # int64[1, 16, T] -> float32[1, 1, T * 1920]
+
+Command line (one fixed-shape program per window of the ramp, verified, plus ``manifest.json``)::
+
+    python -m vllm_omni.edge.decoder_export --model DIR_OR_HUB_ID --ramp 2 4 8 16 25 --context 72 \
+        --backend executorch --partitioner xnnpack --out-dir out/npu_phone
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
+import sys
+from pathlib import Path
 
 import torch
 
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2Decoder
 
 from .checkpoint import read_decoder_tensors, read_speech_tokenizer_config, resolve_speech_tokenizer
-from .errors import CheckpointError
+from .errors import CheckpointError, EdgeError
 
 logger = logging.getLogger(__name__)
 
@@ -88,3 +96,60 @@ def load_code2wav_decoder(
         len(ignored),
     )
     return decoder
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .backends.executorch import PARTITIONERS
+    from .backends.programs import PROGRAM_BACKENDS
+
+    parser = argparse.ArgumentParser(
+        prog="python -m vllm_omni.edge.decoder_export",
+        description="Export, verify and describe the windowed Code2Wav programs of a Qwen3-TTS checkpoint.",
+    )
+    parser.add_argument(
+        "--model",
+        default=os.environ.get("QWEN3_TTS_MODEL"),
+        help="checkpoint dir, its speech_tokenizer/ dir, or a hub id (default: $QWEN3_TTS_MODEL)",
+    )
+    parser.add_argument("--ramp", type=int, nargs="+", default=[2, 4, 8, 16, 25], help="chunk sizes in frames")
+    parser.add_argument("--context", type=int, default=72, help="frames of decoded history in front of each chunk")
+    parser.add_argument("--backend", default="executorch", help=f"one of {', '.join(PROGRAM_BACKENDS)}")
+    parser.add_argument(
+        "--partitioner", default=None, help=f"executorch delegate: {', '.join(PARTITIONERS)} (default xnnpack)"
+    )
+    parser.add_argument("--dtype", default="fp32", help="weights and activations (fp32)")
+    parser.add_argument("--out-dir", required=True, type=Path, help="where the programs and manifest.json go")
+    parser.add_argument("--no-check", action="store_true", help="skip running each program against eager")
+    parser.add_argument("--tolerance", type=float, default=None, help="max abs difference allowed vs eager")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .windowed_export import WindowedExportRequest, export_summary, export_windowed_programs
+
+    args = build_parser().parse_args(argv)
+    if not args.model:
+        print("error: no model: pass --model DIR_OR_HUB_ID or set QWEN3_TTS_MODEL", file=sys.stderr)
+        return 2
+    request = WindowedExportRequest(
+        model=args.model,
+        out_dir=args.out_dir,
+        ramp=tuple(args.ramp),
+        context_frames=args.context,
+        backend=args.backend,
+        partitioner=args.partitioner,
+        dtype=args.dtype,
+        check=not args.no_check,
+        tolerance=args.tolerance,
+    )
+    try:
+        manifest = export_windowed_programs(request, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except EdgeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(export_summary(manifest))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

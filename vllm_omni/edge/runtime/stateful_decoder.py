@@ -14,12 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
-from ..errors import EdgeError
 from ..step_contract import StepContract, StepContractError
-
-
-class InvalidFramesError(EdgeError, ValueError):
-    """Frames handed to a decoder do not fit its contract; the stream state is unchanged."""
+from .frames import check_frames
 
 
 class StepRunner(Protocol):
@@ -82,20 +78,7 @@ class StatefulDecoder:
 
     def check_frames(self, frames: np.ndarray) -> np.ndarray:
         """Return ``frames`` as int64 ``[T, Q]`` or raise :class:`InvalidFramesError` (nothing is changed)."""
-        q, size = self.contract.num_quantizers, self.contract.codebook_size
-        frames = np.asarray(frames)
-        if frames.dtype.kind not in "iu":
-            raise InvalidFramesError(f"frames must be integer codes, found dtype {frames.dtype}")
-        if frames.ndim != 2 or frames.shape[1] != q:
-            hint = " (codebook-major codes need .T)" if frames.ndim == 2 and frames.shape[0] == q else ""
-            raise InvalidFramesError(f"frames must have shape [T, {q}] (frame-major), found {list(frames.shape)}{hint}")
-        if frames.size and (frames.min() < 0 or frames.max() >= size):
-            bad = np.argwhere((frames < 0) | (frames >= size))[0].tolist()
-            raise InvalidFramesError(
-                f"codes must lie in 0..{size - 1}, found {int(frames[tuple(bad)])} at "
-                f"[frame, codebook] = {bad} (stream position {self._position + bad[0]})"
-            )
-        return frames.astype(np.int64, copy=False)
+        return check_frames(frames, self.contract.num_quantizers, self.contract.codebook_size, self._position)
 
     # -- decoding ------------------------------------------------------------------------------------
 

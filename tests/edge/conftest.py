@@ -1,0 +1,29 @@
+"""Windowed programs exported once per session (small geometry): ``.pt2`` and ExecuTorch/XNNPACK ``.pte``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vllm_omni.edge.decoder_export import main as export_main
+
+# .pt2: windows 0+2, 2+4, 4+4 (a ramp and the steady state). .pte (about 45 s of lowering per
+# program on 2 cores): windows 0+2 and 2+2, whose context is the whole stream so far.
+PT2_ARGS = ("--ramp", "2", "4", "--context", "4", "--backend", "torch_export")
+PTE_ARGS = ("--ramp", "2", "--context", "2", "--backend", "executorch")
+
+
+def export_programs(checkpoint: Path, out_dir: Path, *args: str) -> Path:
+    assert export_main(["--model", str(checkpoint), "--out-dir", str(out_dir), *args]) == 0
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def pt2_programs(small_checkpoint, tmp_path_factory) -> Path:
+    return export_programs(small_checkpoint, tmp_path_factory.mktemp("programs") / "pt2", *PT2_ARGS)
+
+
+@pytest.fixture(scope="session")
+def pte_programs(small_checkpoint, tmp_path_factory) -> Path:
+    return export_programs(small_checkpoint, tmp_path_factory.mktemp("programs") / "pte", *PTE_ARGS)

@@ -1,0 +1,115 @@
+"""``.pte`` files: the exported window lowered to ExecuTorch, with a delegate partitioner.
+
+``xnnpack`` (CPU, every phone) ships with the ``executorch`` package. ``qnn`` (Qualcomm NPUs)
+and ``coreml`` (Apple Neural Engine) need their vendors' SDKs; when those are missing this says
+so and stops: it never falls back to another partitioner. The window's metadata is baked in as
+constant methods (``sample_rate()``, ``samples_per_frame()``, ``chunk_frames()``, ...), so a
+``.pte`` describes itself without the manifest.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .programs import BackendUnavailableError, partial_path
+
+PARTITIONERS = ("xnnpack", "qnn", "coreml", "none")
+
+
+def _require_executorch() -> None:
+    try:
+        importlib.import_module("executorch.exir")
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"--backend executorch needs the executorch package ({exc}); pip install executorch==1.5.1 "
+            "(or `make setup`, whose .venv has it)"
+        ) from exc
+
+
+def _qnn_partitioner() -> Any:
+    sdk = os.environ.get("QNN_SDK_ROOT")
+    libraries = Path(sdk, "lib", "x86_64-linux-clang") if sdk else None
+    if libraries is None or not (libraries / "libQnnHtp.so").is_file():
+        found = f"QNN_SDK_ROOT={sdk} has no lib/x86_64-linux-clang/libQnnHtp.so" if sdk else "QNN_SDK_ROOT is not set"
+        raise BackendUnavailableError(
+            f"--partitioner qnn needs the Qualcomm AI Engine Direct (QNN) SDK; not found here ({found}). "
+            "Install the SDK and set QNN_SDK_ROOT, or use --partitioner xnnpack"
+        )
+    raise BackendUnavailableError(
+        f"--partitioner qnn: the QNN SDK is at {sdk}, but this tool has no QNN compile spec per target SoC yet; "
+        "use --partitioner xnnpack"
+    )
+
+
+def _coreml_partitioner() -> Any:
+    try:
+        importlib.import_module("coremltools.libcoremlpython")
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"--partitioner coreml needs coremltools with Apple's CoreML framework (macOS); this {sys.platform} host "
+            f"has none ({exc}). Export on a Mac, or use --partitioner xnnpack"
+        ) from exc
+    from executorch.backends.apple.coreml.partition import CoreMLPartitioner
+
+    return CoreMLPartitioner()
+
+
+def _xnnpack_partitioner() -> Any:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    return XnnpackPartitioner()
+
+
+_PARTITIONER_FACTORIES = {
+    "xnnpack": _xnnpack_partitioner,
+    "qnn": _qnn_partitioner,
+    "coreml": _coreml_partitioner,
+    "none": lambda: None,
+}
+
+
+class ExecuTorchBackend:
+    name = "executorch"
+    suffix = ".pte"
+
+    def __init__(self, partitioner: str = "xnnpack"):
+        if partitioner not in _PARTITIONER_FACTORIES:
+            raise BackendUnavailableError(f"unknown partitioner {partitioner!r}; known: {', '.join(PARTITIONERS)}")
+        _require_executorch()
+        self.partitioner = partitioner
+        self._partitioner = _PARTITIONER_FACTORIES[partitioner]()  # fails now, before any export work
+
+    def write_program(self, exported: Any, metadata: dict[str, int], path: Path) -> dict[str, int]:
+        from executorch.devtools.backend_debug import get_delegation_info
+        from executorch.exir import to_edge_transform_and_lower
+
+        partitioners = [self._partitioner] if self._partitioner is not None else []
+        edge = to_edge_transform_and_lower(exported, partitioner=partitioners, constant_methods=dict(metadata))
+        info = get_delegation_info(edge.exported_program().graph_module)
+        program = edge.to_executorch()
+        temporary = partial_path(path)
+        with open(temporary, "wb") as handle:
+            program.write_to_file(handle)
+        os.replace(temporary, path)
+        return {
+            "delegated": int(info.num_delegated_nodes),
+            "portable": int(info.num_non_delegated_nodes),
+            "delegate_subgraphs": int(info.num_delegated_subgraphs),
+        }
+
+
+def load_pte(path: str | os.PathLike[str]) -> tuple[Any, dict[str, int]]:
+    """``(forward method, metadata)`` of a ``.pte`` in the ExecuTorch runtime (XNNPACK registered)."""
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(Path(path))
+    metadata = {
+        name: int(program.load_method(name).execute([])[0])
+        for name in sorted(program.method_names)
+        if name != "forward"
+    }
+    return program.load_method("forward"), metadata
