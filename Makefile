@@ -1,7 +1,7 @@
 # Entry points for a fresh machine. Every target sets up what it needs, incrementally.
 PY := .venv/bin/python
 
-.PHONY: setup setup-oracle demo test lint bench clean
+.PHONY: setup setup-oracle setup-rknn demo test lint bench bench-rknn clean
 
 setup:
 	@tools/setup_venv.sh .venv requirements/dev.txt --editable
@@ -9,11 +9,15 @@ setup:
 setup-oracle:
 	@tools/setup_venv.sh .venv-oracle tools/oracle/requirements.txt --no-deps tools/oracle/requirements-nodeps.txt
 
+# The RKNN converter venv: rknn-toolkit2 2.5.0 (--no-deps) beside torch 2.13.0 and the toolkit's own pins.
+setup-rknn:
+	@tools/setup_venv.sh .venv-rknn tools/rknn/requirements.txt --no-deps tools/rknn/requirements-nodeps.txt --editable
+
 # Main job on the embedded default: a random-weight checkpoint in the released layout -> WAV.
 demo: setup
 	$(PY) -m vllm_omni.edge.demo --out out/demo
 
-test: setup setup-oracle
+test: setup setup-oracle setup-rknn
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
@@ -24,6 +28,11 @@ lint: setup
 bench: setup
 	$(PY) benchmarks/bench_full_decode.py --out out/bench
 	$(PY) benchmarks/bench_stateful.py --out out/bench
+	$(PY) benchmarks/bench_windowed.py --out out/bench
+
+# Released-geometry RKNN compile + simulator check (about 5 GB of RAM and minutes per step size).
+bench-rknn: setup setup-rknn
+	.venv-rknn/bin/python benchmarks/bench_rknn.py --out out/bench
 
 clean:
 	rm -rf out .pytest_cache

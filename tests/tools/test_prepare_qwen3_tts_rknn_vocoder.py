@@ -40,10 +40,3 @@ def test_missing_model_and_unknown_target_fail_in_one_line(tmp_path):
     assert result.returncode == 2 and "set QWEN3_TTS_MODEL" in result.stderr
     result = run("--target", "rk9999", "--output", tmp_path / "x.onnx")
     assert result.returncode == 2 and "invalid choice: 'rk9999'" in result.stderr
-
-
-def test_rknn_half_says_it_is_not_available_instead_of_pretending(small_checkpoint, tmp_path):
-    result = run("--model-dir", small_checkpoint, "--codes-length", 2, "--output", tmp_path / "step.rknn")
-    assert result.returncode == 3
-    assert "converter venv" in result.stderr and "--skip-rknn" in result.stderr
-    assert (tmp_path / "step.onnx").is_file()

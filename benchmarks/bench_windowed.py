@@ -1,0 +1,201 @@
+"""Windowed programs (npu_phone): export + lowering cost, ExecuTorch vs eager per chunk, SNR per ramp phase.
+
+    python benchmarks/bench_windowed.py --out out/bench [--geometry released] [--seconds 30]
+        [--ramp 2 4 8 16 25] [--context 72]
+
+RANDOM WEIGHTS (a released-layout checkpoint written by make_checkpoint, reused across runs).
+
+1. Exports the ramp's programs with ``python -m vllm_omni.edge.decoder_export --backend executorch``
+   (XNNPACK, every program checked in the ExecuTorch runtime; resumable, so a re-run reuses them).
+2. Streams ``--seconds`` of seeded codes through the programs, one process per runtime (their
+   thread pools fight on 2 cores): ``executorch`` (the ``.pte`` files in the ExecuTorch runtime)
+   and ``eager`` (the same windows in eager torch), and a ``full`` decode in a third process.
+3. Per program: export + lowering seconds, ``.pte`` size, median seconds per chunk in each
+   runtime and their ratio, the windowing overhead ``(context + chunk) / chunk``, the real-time
+   factor, and the SNR against the full decode of the chunks that program decoded.
+
+Writes ``windowed.json`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def worker(args) -> dict:
+    """Stream the codes one chunk at a time in one runtime; save the audio, return per-chunk seconds."""
+    import numpy as np
+
+    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
+
+    codes = np.load(args.codes)
+    if args.worker == "full":
+        import torch
+
+        from vllm_omni.edge.decoder_export import load_code2wav_decoder
+
+        decoder = load_code2wav_decoder(args.model)
+        with torch.inference_mode():
+            decoder._forward_exact(torch.from_numpy(codes[:8].T[None].copy()))  # warm-up
+            start = time.perf_counter()
+            audio = decoder._forward_exact(torch.from_numpy(codes.T[None].copy())).numpy().ravel()
+            seconds = time.perf_counter() - start
+        np.save(args.audio_out, audio)
+        return {"seconds": seconds, "audio_seconds": len(audio) / OUTPUT_SAMPLE_RATE}
+
+    if args.worker == "executorch":
+        from vllm_omni.edge.runtime.window_programs import open_windowed_decoder
+
+        start = time.perf_counter()
+        decoder = open_windowed_decoder(args.programs)
+        load_seconds = time.perf_counter() - start
+    else:
+        from vllm_omni.edge.decoder_export import load_code2wav_decoder
+        from vllm_omni.edge.manifest import WindowedManifest
+        from vllm_omni.edge.windowed import eager_windowed_decoder
+
+        manifest = WindowedManifest.read(args.programs)
+        start = time.perf_counter()
+        decoder = eager_windowed_decoder(load_code2wav_decoder(args.model), manifest.ramp, manifest.context_frames)
+        load_seconds = time.perf_counter() - start
+    chunks, pieces, begin = [], [], 0
+    while begin < len(codes):
+        window = decoder.next_window
+        size = min(window.chunk_frames, len(codes) - begin)
+        start = time.perf_counter()
+        piece = decoder.feed(codes[begin : begin + size]) if size == window.chunk_frames else decoder.flush()
+        chunks.append({"program": window.name, "frames": size, "seconds": time.perf_counter() - start})
+        pieces.append(piece)
+        begin += size
+    np.save(args.audio_out, np.concatenate(pieces))
+    return {"load_seconds": load_seconds, "chunks": chunks}
+
+
+def run_worker(extra: list[str]) -> dict:
+    completed = subprocess.run([sys.executable, __file__, *extra], capture_output=True, text=True)
+    if completed.returncode != 0:
+        raise SystemExit(f"worker {extra} failed:\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("out/bench"))
+    parser.add_argument("--geometry", choices=("released", "small"), default="released")
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--ramp", type=int, nargs="+", default=[2, 4, 8, 16, 25])
+    parser.add_argument("--context", type=int, default=72)
+    # worker mode (internal)
+    parser.add_argument("--worker", choices=("executorch", "eager", "full"))
+    parser.add_argument("--programs"), parser.add_argument("--codes"), parser.add_argument("--audio-out")
+    parser.add_argument("--model")
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return 0
+
+    import numpy as np
+
+    from vllm_omni.edge.audio import snr_db
+    from vllm_omni.edge.manifest import WindowedManifest
+    from vllm_omni.edge.testing.codes import random_codes
+    from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
+    from vllm_omni.edge.window_schedule import windowing_overhead
+    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    model = ensure_checkpoint(args.out / f"checkpoint-{args.geometry}", args.geometry)
+    programs = args.out / f"windowed-{args.geometry}"
+    ramp = [str(size) for size in args.ramp]
+    export = [sys.executable, "-m", "vllm_omni.edge.decoder_export", "--model", str(model), "--ramp", *ramp]
+    export += ["--context", str(args.context), "--backend", "executorch", "--out-dir", str(programs)]
+    print(f"[bench] {' '.join(export[1:])}", flush=True)
+    if subprocess.run(export).returncode != 0:
+        raise SystemExit("export failed")
+    manifest = WindowedManifest.read(programs)
+    hop = manifest.samples_per_frame
+    frames = round(args.seconds * OUTPUT_SAMPLE_RATE / hop)
+    codes_path = args.out / "windowed_codes.npy"
+    np.save(codes_path, random_codes(frames, manifest.num_quantizers, manifest.codebook_size, seed=2025)[0].T.numpy())
+
+    results = {}
+    for name in ("full", "eager", "executorch"):
+        print(f"[bench] {name}", flush=True)
+        audio_out = args.out / f"windowed_{name}.npy"
+        extra = ["--worker", name, "--model", str(model), "--programs", str(programs), "--codes", str(codes_path)]
+        results[name] = run_worker([*extra, "--audio-out", str(audio_out)])
+        results[name]["audio"] = np.load(audio_out)
+    reference = results["full"]["audio"]
+
+    rows = []
+    for entry in manifest.programs:
+        row = {
+            "program": entry.name,
+            "context_frames": entry.context_frames,
+            "chunk_frames": entry.chunk_frames,
+            "overhead": windowing_overhead(entry.window),
+            "export_seconds": entry.export_seconds,
+            "pte_mb": entry.size_bytes / 1e6,
+            "delegated_ops": entry.ops["delegated"],
+            "portable_ops": entry.ops["portable"],
+        }
+        for name in ("executorch", "eager"):
+            spans, begin = [], 0
+            for chunk in results[name]["chunks"]:
+                if chunk["program"] == entry.name:
+                    spans.append((begin, chunk["frames"], chunk["seconds"]))
+                begin += chunk["frames"]
+            whole = [seconds for _, size, seconds in spans if size == entry.chunk_frames] or [s for *_, s in spans]
+            row[f"{name}_chunks"] = len(spans)
+            row[f"{name}_seconds_per_chunk"] = statistics.median(whole) if whole else None
+            if spans:
+                picks = np.concatenate([np.arange(b * hop, (b + n) * hop) for b, n, _ in spans])
+                row[f"{name}_snr_db_vs_full"] = snr_db(reference[picks], results[name]["audio"][picks])
+        if row["executorch_seconds_per_chunk"]:
+            row["executorch_rtf"] = row["executorch_seconds_per_chunk"] / (entry.chunk_frames * hop / 24000)
+            row["executorch_vs_eager"] = row["executorch_seconds_per_chunk"] / row["eager_seconds_per_chunk"]
+        rows.append(row)
+    full = results["full"]
+    report = {
+        "benchmark": "windowed programs: ExecuTorch (XNNPACK) vs eager torch, SNR vs full decode",
+        "weights": "random",
+        "geometry": args.geometry,
+        "ramp": args.ramp,
+        "context_frames": args.context,
+        "stream_frames": frames,
+        "stream_seconds": frames * hop / OUTPUT_SAMPLE_RATE,
+        "baseline": "eager torch running the same window, in its own process",
+        "full_decode": {"seconds": full["seconds"], "rtf": full["seconds"] / full["audio_seconds"]},
+        "stream_snr_db_vs_full": {n: snr_db(reference, results[n]["audio"]) for n in ("executorch", "eager")},
+        "program_load_seconds": results["executorch"]["load_seconds"],
+        "rows": rows,
+    }
+    (args.out / "windowed.json").write_text(json.dumps(report, indent=2))
+    print(f"\n{args.geometry} geometry, RANDOM WEIGHTS, {frames} frames; one process per runtime")
+    print(
+        "program | window | overhead | export+lower s | .pte MB | ET s/chunk | eager s/chunk | ET/eager | ET RTF "
+        "| chunks | SNR dB vs full"
+    )
+    for row in rows:
+        print(
+            f"{row['program']} | {row['context_frames']}+{row['chunk_frames']} | {row['overhead']:.2f}x | "
+            f"{row['export_seconds']:.0f} | {row['pte_mb']:.0f} | {row['executorch_seconds_per_chunk'] or 0:.3f} | "
+            f"{row['eager_seconds_per_chunk'] or 0:.3f} | {row.get('executorch_vs_eager', 0):.2f} | "
+            f"{row.get('executorch_rtf', 0):.2f} | {row['executorch_chunks']} | "
+            f"{row.get('executorch_snr_db_vs_full', float('nan')):.1f}"
+        )
+    print(f"full decode RTF {report['full_decode']['rtf']:.2f}; whole-stream SNR {report['stream_snr_db_vs_full']}")
+    print(f"-> {args.out / 'windowed.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

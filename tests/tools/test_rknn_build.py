@@ -1,0 +1,121 @@
+"""tools/rknn: compile step graphs with rknn-toolkit2 2.5.0 (converter venv) and check them in its simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "tools" / "rknn" / "prepare_qwen3_tts_rknn_vocoder.py"
+CONVERTER_PYTHON = REPO_ROOT / ".venv-rknn" / "bin" / "python"
+
+
+def prepare(*args, python: Path | str = CONVERTER_PYTHON, env=None) -> subprocess.CompletedProcess:
+    if python == CONVERTER_PYTHON and not CONVERTER_PYTHON.exists():
+        pytest.fail("the converter venv is missing: run `make setup-rknn` (make test does)")
+    return subprocess.run(
+        [str(python), str(SCRIPT), *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=env,
+        timeout=900,
+    )
+
+
+@pytest.fixture(scope="module")
+def compiled(small_checkpoint, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """Main step B=4 and first step B=2, compiled for rk3588 and checked in the simulator with one cache."""
+    out = tmp_path_factory.mktemp("rknn")
+    result = prepare(
+        "--model-dir", small_checkpoint, "--codes-length", 4, "--first-codes-length", 2,
+        "--target", "rk3588", "--output", out / "step_b4.rknn",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out, result
+
+
+def test_two_step_sizes_sharing_a_cache_pass_the_simulator_check(compiled):
+    out, _ = compiled
+    report = json.loads((out / "step_b4.report.json").read_text())
+    check = report["simulator_check"]
+    assert report["toolkit_version"] == "2.5.0" and report["target"] == "rk3588"
+    assert check["passed"] and check["steps"] == [2, 4, 4, 4]
+    assert check["snr_db_vs_full_decode"] >= 40
+    assert min(check["per_step_snr_db"]) >= 40
+    assert check["onnxruntime_snr_db_vs_full_decode"] > 90  # the graph itself is exact; fp16 is the NPU's
+    for role in ("main", "first"):
+        engine = report["engines"][role]
+        assert Path(engine["path"]).is_file() and engine["size_bytes"] > 0
+        assert isinstance(engine["regtask_warnings"], int) and Path(engine["log_path"]).is_file()
+    assert not list(out.glob(".*partial*"))
+
+
+def test_the_exec_plan_names_both_artifacts_with_their_contracts(compiled):
+    out, result = compiled
+    plan = json.loads((out / "exec_plan.json").read_text())
+    assert plan["speech_decoder"] == {
+        "impl": "rknn",
+        "artifacts": {"main": "/data/qwen3-tts/step_b4.rknn", "first": "/data/qwen3-tts/step_b4_first_b2.rknn"},
+    }
+    assert (plan["hardware_class"], plan["target_soc"], plan["samples_per_frame"]) == ("rockchip_npu", "rk3588", 48)
+    main, first = plan["artifacts"]["main"], plan["artifacts"]["first"]
+    assert main["step_contract"]["step_frames"] == 4 and first["step_contract"]["step_frames"] == 2
+    assert main["step_contract"]["cache_numel"] == first["step_contract"]["cache_numel"] == 7808
+    assert main["step_contract"]["inputs"]["audio_codes"] == [1, 16, 4]
+    assert main["size_bytes"] == (out / main["file"]).stat().st_size
+    assert "--session-option 'qwen3_tts.exec_plan=" in result.stdout and "adb push" in result.stdout
+
+
+def test_an_existing_graph_compiles_alone_and_is_checked_against_onnxruntime(compiled, tmp_path):
+    out, _ = compiled
+    graph = shutil.copy(out / "step_b4.onnx", tmp_path / "given.onnx")
+    result = prepare("--onnx", graph, "--output", tmp_path / "given.rknn")
+    assert result.returncode == 0, result.stderr[-3000:]
+    check = json.loads((tmp_path / "given.report.json").read_text())["simulator_check"]
+    assert check["passed"] and check["snr_db_vs_onnxruntime"] >= 40 and "snr_db_vs_full_decode" not in check
+    plan = json.loads((tmp_path / "exec_plan.json").read_text())
+    assert plan["artifacts"]["main"]["step_contract"]["head_dim"] == 32
+    assert "on the RKNN risk list" in result.stderr and "installed: 2.5.0" in result.stderr
+
+
+def test_a_non_step_onnx_is_one_clear_line(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "not_a_step",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    onnx.save(helper.make_model(graph), tmp_path / "relu.onnx")
+    result = prepare("--onnx", tmp_path / "relu.onnx", "--output", tmp_path / "relu.rknn")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1
+    assert "is not a Qwen3-TTS stateful step graph" in errors[0] and "Traceback" not in result.stderr
+    assert not (tmp_path / "relu.rknn").exists()
+
+
+def test_unknown_target_and_unwritable_output_fail_in_one_line(tmp_path):
+    result = prepare("--onnx", tmp_path / "x.onnx", "--target", "rk9999", "--output", tmp_path / "x.rknn")
+    assert result.returncode == 2 and "invalid choice: 'rk9999'" in result.stderr
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    result = prepare("--onnx", tmp_path / "x.onnx", "--output", blocker / "sub" / "x.rknn")
+    assert result.returncode == 2 and "cannot create the output directory" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_without_the_converter_venv_the_full_path_says_how_to_make_it(small_checkpoint, tmp_path):
+    env = {**os.environ, "QWEN3_TTS_MODEL": str(small_checkpoint)}
+    result = prepare("--codes-length", 2, "--output", tmp_path / "step.rknn", python=sys.executable, env=env)
+    assert result.returncode == 1 and "make setup-rknn" in result.stderr and ".venv-rknn/bin/python" in result.stderr
+    assert not (tmp_path / "step.onnx").exists()  # refused before any export work
