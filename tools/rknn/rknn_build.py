@@ -17,7 +17,6 @@ of any stage becomes :class:`RknnBuildError` naming the stage and that log.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import sys
@@ -27,6 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from vllm_omni.edge.manifest import file_sha256
 
 TARGETS = ("rk3588", "rk3576", "rk3562", "rk3566", "rk3568")
 # rknn-toolkit2 2.5.0 fuses the rotate-half of RoPE (Slice, Slice, Concat) into a conv and then
@@ -85,14 +86,6 @@ def captured_output(log_path: Path) -> Iterator[None]:
 def count_regtask_warnings(log_path: Path) -> int:
     with open(log_path, errors="replace") as log:
         return sum(1 for line in log if REGTASK_PATTERN.search(line))
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import EdgeError
+from .manifest import write_json_atomically
 from .step_contract import StepContract
 
 EXEC_PLAN_SCHEMA = "vllm-omni-edge/exec-plan"
@@ -90,8 +91,4 @@ def session_option(plan: dict[str, Any]) -> str:
 
 
 def write_exec_plan(directory: str | os.PathLike[str], plan: dict[str, Any]) -> Path:
-    path = Path(directory) / EXEC_PLAN_NAME
-    temporary = path.with_name(f".{path.name}.partial")
-    temporary.write_text(json.dumps(plan, indent=2) + "\n")
-    os.replace(temporary, path)
-    return path
+    return write_json_atomically(Path(directory) / EXEC_PLAN_NAME, plan)

@@ -65,7 +65,7 @@ def checkpoint_sha256(model: str) -> str:
     return digest.hexdigest()
 
 
-def verify_program(
+def check_against_eager(
     wrapper: WindowedCode2Wav, path: Path, entry: ProgramEntry, manifest: WindowedManifest, tolerance: float
 ) -> dict[str, Any]:
     """Run the written program in its runtime on random codes and compare with eager; raise over tolerance."""
@@ -174,7 +174,7 @@ def export_windowed_programs(
         if request.check:  # kept programs too: verification, not hope
             path = out_dir / entry.path
             try:
-                check = verify_program(wrapper, path, entry, skeleton, tolerance)
+                check = check_against_eager(wrapper, path, entry, skeleton, tolerance)
             except EdgeExportError:
                 path.unlink(missing_ok=True)
                 raise
