@@ -71,7 +71,9 @@ def worker(args) -> dict:
         window = decoder.next_window
         size = min(window.chunk_frames, len(codes) - begin)
         start = time.perf_counter()
-        piece = decoder.feed(codes[begin : begin + size]) if size == window.chunk_frames else decoder.flush()
+        piece = decoder.feed(codes[begin : begin + size])
+        if size < window.chunk_frames:  # the stream's last, short chunk
+            piece = np.concatenate([piece, decoder.flush()])
         chunks.append({"program": window.name, "frames": size, "seconds": time.perf_counter() - start})
         pieces.append(piece)
         begin += size
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--ramp", type=int, nargs="+", default=[2, 4, 8, 16, 25])
     parser.add_argument("--context", type=int, default=72)
+    parser.add_argument("--reuse-programs", action="store_true", help="use an existing manifest as it is")
     # worker mode (internal)
     parser.add_argument("--worker", choices=("executorch", "eager", "full"))
     parser.add_argument("--programs"), parser.add_argument("--codes"), parser.add_argument("--audio-out")
@@ -117,9 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     ramp = [str(size) for size in args.ramp]
     export = [sys.executable, "-m", "vllm_omni.edge.decoder_export", "--model", str(model), "--ramp", *ramp]
     export += ["--context", str(args.context), "--backend", "executorch", "--out-dir", str(programs)]
-    print(f"[bench] {' '.join(export[1:])}", flush=True)
-    if subprocess.run(export).returncode != 0:
-        raise SystemExit("export failed")
+    if args.reuse_programs and (programs / "manifest.json").is_file():
+        print(f"[bench] reusing the programs in {programs}", flush=True)
+    else:
+        print(f"[bench] {' '.join(export[1:])}", flush=True)
+        if subprocess.run(export).returncode != 0:
+            raise SystemExit("export failed")
     manifest = WindowedManifest.read(programs)
     hop = manifest.samples_per_frame
     frames = round(args.seconds * OUTPUT_SAMPLE_RATE / hop)
