@@ -19,24 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from workers import peak_rss_mb, run_worker, time_full_decode
+
 CONTEXT_FRAMES = 72
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set (VmHWM; ru_maxrss would carry the parent's over fork+exec)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def worker_stateful(args) -> dict:
@@ -76,6 +68,9 @@ def worker_stateful(args) -> dict:
 
 
 def worker_torch(args) -> dict:
+    if args.worker == "full":
+        full = time_full_decode(args.model, args.codes, args.audio_out)
+        return {"config": "full decode", **full, "first_audio_seconds": full["seconds"]}
     import numpy as np
     import torch
 
@@ -86,21 +81,6 @@ def worker_torch(args) -> dict:
     codes = torch.from_numpy(np.load(args.codes)).T[None]
     hop_seconds = decoder.total_upsample / OUTPUT_SAMPLE_RATE
     with torch.inference_mode():
-        if args.worker == "full":
-            decoder._forward_exact(codes[..., :8])  # warm-up
-            start = time.perf_counter()
-            audio = decoder._forward_exact(codes)[0, 0].numpy()
-            seconds = time.perf_counter() - start
-            np.save(args.audio_out, audio)
-            audio_seconds = codes.shape[-1] * hop_seconds
-            return {
-                "config": "full decode",
-                "seconds": seconds,
-                "audio_seconds": audio_seconds,
-                "rtf": seconds / audio_seconds,
-                "first_audio_seconds": seconds,
-                "peak_rss_mb": peak_rss_mb(),
-            }
         window = codes[..., : CONTEXT_FRAMES + args.chunk]
         decoder._forward_exact(window)  # warm-up
         times = []
@@ -117,14 +97,6 @@ def worker_torch(args) -> dict:
             "first_audio_seconds": None,
             "peak_rss_mb": peak_rss_mb(),
         }
-
-
-def run_worker(extra: list[str]) -> dict:
-    command = [sys.executable, __file__, *extra]
-    completed = subprocess.run(command, capture_output=True, text=True)
-    if completed.returncode != 0:
-        raise SystemExit(f"worker {extra} failed:\n{completed.stderr[-3000:]}")
-    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print("[bench] full decode", flush=True)
     full = run_worker(
+        __file__,
         [
             "--worker",
             "full",
@@ -184,13 +157,14 @@ def main(argv: list[str] | None = None) -> int:
             str(codes_path),
             "--audio-out",
             str(args.out / "full.npy"),
-        ]
+        ],
     )
     reference = np.load(args.out / "full.npy")
     rows = [full]
     for size in args.steps:
         print(f"[bench] stateful B={size}", flush=True)
         row = run_worker(
+            __file__,
             [
                 "--worker",
                 "stateful",
@@ -200,13 +174,14 @@ def main(argv: list[str] | None = None) -> int:
                 str(codes_path),
                 "--audio-out",
                 str(args.out / f"stateful_b{size}.npy"),
-            ]
+            ],
         )
         row["snr_db_vs_full"] = snr_db(reference, np.load(args.out / f"stateful_b{size}.npy"))
         rows.append(row)
         print(f"[bench] windowed C={size}", flush=True)
         rows.append(
             run_worker(
+                __file__,
                 [
                     "--worker",
                     "windowed",
@@ -218,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                     str(size),
                     "--window-repeats",
                     str(args.window_repeats),
-                ]
+                ],
             )
         )
     for row in rows:

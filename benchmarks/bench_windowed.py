@@ -29,28 +29,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from workers import run_worker, time_full_decode
+
 
 def worker(args) -> dict:
     """Stream the codes one chunk at a time in one runtime; save the audio, return per-chunk seconds."""
     import numpy as np
 
-    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
-
-    codes = np.load(args.codes)
     if args.worker == "full":
-        import torch
-
-        from vllm_omni.edge.decoder_export import load_code2wav_decoder
-
-        decoder = load_code2wav_decoder(args.model)
-        with torch.inference_mode():
-            decoder._forward_exact(torch.from_numpy(codes[:8].T[None].copy()))  # warm-up
-            start = time.perf_counter()
-            audio = decoder._forward_exact(torch.from_numpy(codes.T[None].copy())).numpy().ravel()
-            seconds = time.perf_counter() - start
-        np.save(args.audio_out, audio)
-        return {"seconds": seconds, "audio_seconds": len(audio) / OUTPUT_SAMPLE_RATE}
-
+        return time_full_decode(args.model, args.codes, args.audio_out)
+    codes = np.load(args.codes)
     if args.worker == "executorch":
         from vllm_omni.edge.runtime.window_programs import open_windowed_decoder
 
@@ -79,13 +67,6 @@ def worker(args) -> dict:
         begin += size
     np.save(args.audio_out, np.concatenate(pieces))
     return {"load_seconds": load_seconds, "chunks": chunks}
-
-
-def run_worker(extra: list[str]) -> dict:
-    completed = subprocess.run([sys.executable, __file__, *extra], capture_output=True, text=True)
-    if completed.returncode != 0:
-        raise SystemExit(f"worker {extra} failed:\n{completed.stderr[-3000:]}")
-    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] {name}", flush=True)
         audio_out = args.out / f"windowed_{name}.npy"
         extra = ["--worker", name, "--model", str(model), "--programs", str(programs), "--codes", str(codes_path)]
-        results[name] = run_worker([*extra, "--audio-out", str(audio_out)])
+        results[name] = run_worker(__file__, [*extra, "--audio-out", str(audio_out)])
         results[name]["audio"] = np.load(audio_out)
     reference = results["full"]["audio"]
 
