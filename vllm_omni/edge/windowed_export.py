@@ -28,7 +28,7 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMP
 
 from .audio import snr_db
 from .backends.programs import ProgramBackend, program_backend
-from .checkpoint import resolve_speech_tokenizer
+from .checkpoint import SpeechTokenizerFiles, resolve_speech_tokenizer
 from .errors import EdgeExportError
 from .manifest import MANIFEST_NAME, ProgramEntry, WindowedManifest, file_sha256, write_json_atomically
 from .runtime.window_programs import WINDOW_RUNNERS
@@ -56,9 +56,8 @@ class WindowedExportRequest:
     tolerance: float | None = None
 
 
-def checkpoint_sha256(model: str) -> str:
+def checkpoint_sha256(files: SpeechTokenizerFiles) -> str:
     """One digest over the speech tokenizer's config and weights: what makes two exports the same."""
-    files = resolve_speech_tokenizer(model)
     digest = hashlib.sha256()
     for path in (files.config_path, files.weights_path):
         digest.update(file_sha256(path).encode())
@@ -126,14 +125,15 @@ def export_windowed_programs(
         raise EdgeExportError(f"unknown dtype {request.dtype!r}; known: {', '.join(DTYPES)}")
     tolerance = request.tolerance if request.tolerance is not None else DEFAULT_TOLERANCE[request.dtype]
 
+    files = resolve_speech_tokenizer(request.model)  # once: a hub id is not fetched twice
     if decoder is None:
         from .decoder_export import load_code2wav_decoder
 
-        decoder = load_code2wav_decoder(request.model, DTYPES[request.dtype])
+        decoder = load_code2wav_decoder(files.directory, DTYPES[request.dtype])
     out_dir = Path(request.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     fingerprint = {
-        "checkpoint_sha256": checkpoint_sha256(request.model),
+        "checkpoint_sha256": checkpoint_sha256(files),
         "backend": backend.name,
         "partitioner": backend.partitioner,
         "dtype": request.dtype,
