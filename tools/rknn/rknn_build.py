@@ -20,14 +20,13 @@ import contextlib
 import os
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_omni.edge.manifest import file_sha256
+from vllm_omni.edge.files import file_sha256, write_atomically
 
 TARGETS = ("rk3588", "rk3576", "rk3562", "rk3566", "rk3568")
 # rknn-toolkit2 2.5.0 fuses the rotate-half of RoPE (Slice, Slice, Concat) into a conv and then
@@ -178,39 +177,29 @@ def build_engine(
     onnx_path, rknn_path = Path(onnx_path), Path(rknn_path)
     log_path = rknn_path.with_name(rknn_path.name + ".build.log")
     log_path.write_text("")
-    # A name ending in .rknn: the toolkit insists on the suffix.
-    handle, temporary = tempfile.mkstemp(prefix=f".{rknn_path.stem}.", suffix=".partial.rknn", dir=rknn_path.parent)
-    os.close(handle)
     with captured_output(log_path):
         rknn = RKNN(verbose=False)
     started = time.perf_counter()
     try:
         with captured_output(log_path):
-            stages = (
-                ("config", lambda: rknn.config(
-                    target_platform=target, float_dtype="float16", optimization_level=opt_level,
-                    disable_rules=list(DISABLED_RULES),
-                )),
-                ("load_onnx", lambda: rknn.load_onnx(model=str(onnx_path))),
-                ("build", lambda: rknn.build(do_quantization=False)),
-                ("export_rknn", lambda: rknn.export_rknn(temporary)),
-            )  # fmt: skip
-            for stage, call in stages:
-                code = _call_stage(stage, call, log_path)
-                if code not in (0, None):
-                    raise RknnBuildError(stage, f"returned {code}", log_path)
+            _run_stage("config", lambda: rknn.config(
+                target_platform=target, float_dtype="float16", optimization_level=opt_level,
+                disable_rules=list(DISABLED_RULES),
+            ), log_path)  # fmt: skip
+            _run_stage("load_onnx", lambda: rknn.load_onnx(model=str(onnx_path)), log_path)
+            _run_stage("build", lambda: rknn.build(do_quantization=False), log_path)
+            # The temporary keeps the .rknn suffix, which the toolkit insists on.
+            write_atomically(
+                rknn_path,
+                lambda temporary: _run_stage("export_rknn", lambda: rknn.export_rknn(str(temporary)), log_path),
+            )
         seconds = time.perf_counter() - started
-        os.replace(temporary, rknn_path)
         if simulate:
             with captured_output(log_path):
-                code = _call_stage("init_runtime", rknn.init_runtime, log_path)
-            if code != 0:
-                raise RknnBuildError("init_runtime (simulator)", f"returned {code}", log_path)
+                _run_stage("init_runtime (simulator)", rknn.init_runtime, log_path)
     except BaseException:
         rknn.release()
         raise
-    finally:
-        Path(temporary).unlink(missing_ok=True)
     report = report_engine(rknn_path, target, inputs, outputs)
     report.build_seconds = round(seconds, 1)
     report.regtask_warnings = count_regtask_warnings(log_path)
@@ -221,11 +210,14 @@ def build_engine(
     return BuiltEngine(rknn, report, log_path)
 
 
-def _call_stage(stage: str, call: Any, log_path: Path) -> Any:
+def _run_stage(stage: str, call: Any, log_path: Path) -> None:
+    """Run one toolkit stage; an exception or a non-zero return becomes :class:`RknnBuildError`."""
     try:
-        return call()
+        code = call()
     except RknnBuildError:
         raise
     except Exception as exc:  # the toolkit raises ValueError/KeyError/... from compiled code
         detail = str(exc).strip().splitlines()
         raise RknnBuildError(stage, f"{type(exc).__name__}: {detail[-1] if detail else ''}", log_path) from exc
+    if code not in (0, None):
+        raise RknnBuildError(stage, f"returned {code}", log_path)

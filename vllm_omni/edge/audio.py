@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .files import write_atomically
+
 
 def float_to_pcm16(samples: np.ndarray) -> np.ndarray:
     """``float[-1, 1]`` -> ``int16``; values outside [-1, 1] are clipped."""
@@ -18,14 +20,15 @@ def write_wav(path: str | os.PathLike[str], samples: np.ndarray, sample_rate: in
     """Write mono float samples as a 16-bit PCM WAV file (via a temporary name, then renamed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.partial")
-    with wave.open(str(temporary), "wb") as handle:
-        handle.setnchannels(1)
-        handle.setsampwidth(2)
-        handle.setframerate(sample_rate)
-        handle.writeframes(float_to_pcm16(np.ravel(samples)).tobytes())
-    os.replace(temporary, path)
-    return path
+
+    def write(temporary: Path) -> None:
+        with wave.open(str(temporary), "wb") as handle:
+            handle.setnchannels(1)
+            handle.setsampwidth(2)
+            handle.setframerate(sample_rate)
+            handle.writeframes(float_to_pcm16(np.ravel(samples)).tobytes())
+
+    return write_atomically(path, write)
 
 
 def snr_db(reference: np.ndarray, estimate: np.ndarray) -> float:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import EdgeError
-from .manifest import write_json_atomically
+from .files import write_json_atomically
 from .step_contract import StepContract
 
 EXEC_PLAN_SCHEMA = "vllm-omni-edge/exec-plan"

@@ -8,7 +8,6 @@ as a whole. Readers check the schema and, before handing a file to a runtime, it
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import EdgeError
+from .files import file_sha256, write_json_atomically
 from .window_schedule import Window, window_schedule
 
 MANIFEST_SCHEMA = "vllm-omni-edge/windowed-programs"
@@ -27,23 +27,6 @@ OUTPUT_NAME = "audio_values"
 
 class ManifestError(EdgeError):
     """A manifest is missing, of another schema, inconsistent, or names a file that does not match it."""
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_json_atomically(path: str | os.PathLike[str], payload: Any) -> Path:
-    """Write JSON through a temporary name and a rename, so a reader never sees half a file."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.partial")
-    temporary.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(temporary, path)
-    return path
 
 
 @dataclass(frozen=True)

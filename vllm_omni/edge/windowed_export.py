@@ -30,7 +30,8 @@ from .audio import snr_db
 from .backends.programs import ProgramBackend, program_backend
 from .checkpoint import SpeechTokenizerFiles, resolve_speech_tokenizer
 from .errors import EdgeExportError
-from .manifest import MANIFEST_NAME, ProgramEntry, WindowedManifest, file_sha256, write_json_atomically
+from .files import file_sha256, write_json_atomically
+from .manifest import MANIFEST_NAME, ProgramEntry, WindowedManifest
 from .runtime.window_programs import WINDOW_RUNNERS
 from .window_schedule import Window, check_ramp, window_schedule
 from .windowed import WindowedCode2Wav

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .programs import BackendUnavailableError, partial_path
+from ..files import write_atomically
+from .programs import BackendUnavailableError
 
 PARTITIONERS = ("xnnpack", "qnn", "coreml", "none")
 
@@ -91,10 +92,12 @@ class ExecuTorchBackend:
         edge = to_edge_transform_and_lower(exported, partitioner=partitioners, constant_methods=dict(metadata))
         info = get_delegation_info(edge.exported_program().graph_module)
         program = edge.to_executorch()
-        temporary = partial_path(path)
-        with open(temporary, "wb") as handle:
-            program.write_to_file(handle)
-        os.replace(temporary, path)
+
+        def write(temporary: Path) -> None:
+            with open(temporary, "wb") as handle:
+                program.write_to_file(handle)
+
+        write_atomically(path, write)
         return {
             "delegated": int(info.num_delegated_nodes),
             "portable": int(info.num_non_delegated_nodes),

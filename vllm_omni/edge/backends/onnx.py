@@ -21,6 +21,7 @@ import numpy as np
 
 from ..audio import snr_db
 from ..errors import EdgeExportError
+from ..files import write_atomically
 from ..step_contract import INPUT_NAMES, OUTPUT_NAMES, StepContract, StepContractError
 
 if TYPE_CHECKING:
@@ -101,50 +102,47 @@ def export_step_onnx(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     step = Code2WavStep(decoder, step_frames).eval()
-    temporary = path.with_name(f".{path.name}.partial")
-    start = time.perf_counter()
-    with torch.no_grad():
-        torch.onnx.export(
-            step,
-            step.example_inputs(),
-            str(temporary),
-            input_names=list(INPUT_NAMES),
-            output_names=list(OUTPUT_NAMES),
-            opset_version=opset,
-            dynamo=False,
-            do_constant_folding=True,
-        )
-    model = onnx.load(str(temporary))
-    for key, value in step.contract.to_metadata().items():
+
+    def write(temporary: Path) -> None:
+        start = time.perf_counter()
+        with torch.no_grad():
+            torch.onnx.export(
+                step,
+                step.example_inputs(),
+                str(temporary),
+                input_names=list(INPUT_NAMES),
+                output_names=list(OUTPUT_NAMES),
+                opset_version=opset,
+                dynamo=False,
+                do_constant_folding=True,
+            )
+        model = onnx.load(str(temporary))
+        for key, value in step.contract.to_metadata().items():
+            prop = model.metadata_props.add()
+            prop.key, prop.value = key, value
         prop = model.metadata_props.add()
-        prop.key, prop.value = key, value
-    prop = model.metadata_props.add()
-    prop.key, prop.value = "qwen3_tts.opset", str(opset)
-    onnx.save(model, str(temporary))
-    report = op_report(temporary)
-    logger.info(
-        "exported step B=%d (N=%d) in %.1f s: %s",
-        step_frames,
-        step.contract.cache_numel,
-        time.perf_counter() - start,
-        report.summary(),
-    )
-    if report.risky:
-        logger.warning(
-            "step B=%d has ops on the RKNN risk list (%s); rknn-toolkit2 2.3.x aborted on such graphs, "
-            "2.5.0 converted them in a probe",
+        prop.key, prop.value = "qwen3_tts.opset", str(opset)
+        onnx.save(model, str(temporary))
+        report = op_report(temporary)
+        logger.info(
+            "exported step B=%d (N=%d) in %.1f s: %s",
             step_frames,
-            ", ".join(report.risky),
+            step.contract.cache_numel,
+            time.perf_counter() - start,
+            report.summary(),
         )
-    try:
+        if report.risky:
+            logger.warning(
+                "step B=%d has ops on the RKNN risk list (%s); rknn-toolkit2 2.3.x aborted on such graphs, "
+                "2.5.0 converted them in a probe",
+                step_frames,
+                ", ".join(report.risky),
+            )
         if check:
             snr = check_step_graph(decoder, temporary, check_frames)
             logger.info("step B=%d onnxruntime stepwise vs full decode: %.1f dB", step_frames, snr)
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-    return path
+
+    return write_atomically(path, write)
 
 
 def check_step_graph(

@@ -46,8 +46,3 @@ def program_backend(name: str, partitioner: str | None = None) -> ProgramBackend
     module_name, _, class_name = PROGRAM_BACKENDS[name].partition(":")
     backend_class = getattr(importlib.import_module(module_name), class_name)
     return backend_class(partitioner or DEFAULT_PARTITIONER[name])
-
-
-def partial_path(path: Path) -> Path:
-    """Where a file is written before it is renamed into place (never looks like a finished program)."""
-    return path.with_name(f".{path.stem}.partial{path.suffix}")

@@ -10,7 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .programs import BackendUnavailableError, partial_path
+from ..files import write_atomically
+from .programs import BackendUnavailableError
 
 METADATA_FILE = "qwen3_tts_window.json"
 
@@ -30,9 +31,8 @@ class TorchExportBackend:
     def write_program(self, exported: Any, metadata: dict[str, int], path: Path) -> None:
         import torch
 
-        temporary = partial_path(path)
-        torch.export.save(exported, str(temporary), extra_files={METADATA_FILE: json.dumps(metadata)})
-        os.replace(temporary, path)
+        extra_files = {METADATA_FILE: json.dumps(metadata)}
+        write_atomically(path, lambda temporary: torch.export.save(exported, str(temporary), extra_files=extra_files))
         return None
 
 

@@ -18,7 +18,6 @@ import argparse
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -30,6 +29,7 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
 )
 
 from ..checkpoint import CONFIG_FILE, DECODER_PREFIX, SPEECH_TOKENIZER_DIR, WEIGHTS_FILE
+from ..files import write_atomically
 from .random_weights import random_decoder_state
 
 logger = logging.getLogger(__name__)
@@ -85,19 +85,19 @@ def write_checkpoint(
     )
     tensors["encoder.encoder.layers.0.conv.weight"] = torch.randn(4, 1, 7, generator=generator)
 
-    _write_atomically(
+    write_atomically(
         tokenizer_dir / WEIGHTS_FILE, lambda path: save_file(tensors, str(path), metadata={"note": RANDOM_WEIGHTS_NOTE})
     )
     tokenizer_config = speech_tokenizer_config(config).to_dict()
     tokenizer_config["note"] = RANDOM_WEIGHTS_NOTE
     tokenizer_config["random_weights"] = {"geometry": geometry if isinstance(geometry, str) else "custom", "seed": seed}
-    _write_atomically(tokenizer_dir / CONFIG_FILE, lambda path: path.write_text(json.dumps(tokenizer_config, indent=2)))
+    write_atomically(tokenizer_dir / CONFIG_FILE, lambda path: path.write_text(json.dumps(tokenizer_config, indent=2)))
     talker_config = {
         "architectures": ["Qwen3TTSForConditionalGeneration"],
         "model_type": "qwen3_tts",
         "note": RANDOM_WEIGHTS_NOTE + " (the talker is not included)",
     }
-    _write_atomically(out / CONFIG_FILE, lambda path: path.write_text(json.dumps(talker_config, indent=2)))
+    write_atomically(out / CONFIG_FILE, lambda path: path.write_text(json.dumps(talker_config, indent=2)))
     return out
 
 
@@ -114,18 +114,6 @@ def ensure_checkpoint(out: str | os.PathLike[str], geometry: str = "small", seed
             logger.info("reusing the random-weight checkpoint at %s", out)
             return out
     return write_checkpoint(out, geometry, seed)
-
-
-def _write_atomically(path: Path, write) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    os.close(handle)
-    try:
-        write(Path(temporary))
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
 
 
 def main(argv: list[str] | None = None) -> int:
