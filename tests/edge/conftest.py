@@ -27,3 +27,20 @@ def pt2_programs(small_checkpoint, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def pte_programs(small_checkpoint, tmp_path_factory) -> Path:
     return export_programs(small_checkpoint, tmp_path_factory.mktemp("programs") / "pte", *PTE_ARGS)
+
+
+def build_plan(checkpoint: Path, out_dir: Path, hardware: str, *args: str) -> Path:
+    from vllm_omni.edge.cli import main as edge_main
+
+    command = ["build", "--hardware", hardware, "--model", str(checkpoint), "--out", str(out_dir), *args]
+    assert edge_main(command) == 0
+    return out_dir
+
+
+# Stateful CPU classes at the small geometry: first step B=2, main step B=4 (a few seconds).
+STEP_ARGS = ("--step-frames", "4", "--first-step-frames", "2")
+
+
+@pytest.fixture(scope="session")
+def cpu_plan(small_checkpoint, tmp_path_factory) -> Path:
+    return build_plan(small_checkpoint, tmp_path_factory.mktemp("plans") / "cpu_x86_64", "cpu_x86_64", *STEP_ARGS)

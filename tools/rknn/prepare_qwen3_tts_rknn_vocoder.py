@@ -35,9 +35,15 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rknn_build import TARGETS, BuiltEngine, RknnBuildError, build_engine, require_toolkit, toolkit_version  # noqa: E402
+from vllm_omni.edge.backends.rknn import (  # noqa: E402
+    TARGETS,
+    BuiltEngine,
+    RknnBuildError,
+    build_engine,
+    require_toolkit,
+    toolkit_version,
+)
 
 SIMULATOR_BAR_DB = 40.0
 DEFAULT_DEVICE_DIR = "/data/qwen3-tts"
@@ -158,22 +164,6 @@ def export_graphs(args: argparse.Namespace, decoder) -> dict[str, Path]:
     return graphs
 
 
-class SimulatorStepRunner:
-    """A compiled step in the PC simulator, behind the :class:`StepRunner` interface of the stream decoder."""
-
-    def __init__(self, engine: BuiltEngine, contract):
-        self.engine, self.contract = engine, contract
-        self.step_inputs: list = []
-
-    def run(self, codes, freqs, cache_valid, cache):
-        import numpy as np
-
-        if not self.step_inputs:
-            self.step_inputs = [codes, freqs, cache_valid, cache]
-        audio, cache_out = self.engine.run([codes, freqs, cache_valid, cache])
-        return np.asarray(audio, dtype=np.float32).ravel(), np.asarray(cache_out, dtype=np.float32).ravel()
-
-
 def compile_and_check(args: argparse.Namespace, graphs: dict[str, Path], decoder) -> int:
     from vllm_omni.edge.backends.onnx import graph_contract, op_report
     from vllm_omni.edge.step_contract import StepContractError
@@ -237,7 +227,7 @@ def compile_and_check(args: argparse.Namespace, graphs: dict[str, Path], decoder
     if not check["passed"]:
         print(f"error: {check['verdict']} (report: {report_path})", file=sys.stderr)
         return 4
-    plan_path = write_plan(args, contracts, engines)
+    plan_path = write_plan(args, graphs, contracts, engines, check)
     print(f"simulator check: {check['verdict']}")
     print(f"report: {report_path}\nexec plan: {plan_path}")
     print_deploy(args, plan_path)
@@ -251,6 +241,7 @@ def simulator_check(args, graphs, contracts, engines, decoder) -> dict:
     from vllm_omni.edge.audio import snr_db
     from vllm_omni.edge.runtime import StatefulDecoder
     from vllm_omni.edge.runtime.onnx_step import OnnxStepRunner
+    from vllm_omni.edge.runtime.rknn_step import RknnSimulatorStepRunner
 
     main = contracts["main"]
     first_frames = contracts["first"].step_frames if "first" in contracts else 0
@@ -264,7 +255,10 @@ def simulator_check(args, graphs, contracts, engines, decoder) -> dict:
         return np.concatenate([decoder_.feed(codes), decoder_.flush()])
 
     started = time.perf_counter()
-    simulated_runners = {role: SimulatorStepRunner(engines[role], contracts[role]) for role in engines}
+    simulated_runners = {
+        role: RknnSimulatorStepRunner(graphs[role], contracts[role], args.target, engine=engines[role])
+        for role in engines
+    }
     simulated = stream(simulated_runners)
     sim_seconds = time.perf_counter() - started
     reference_ort = stream({role: OnnxStepRunner(path) for role, path in graphs.items()})
@@ -300,7 +294,7 @@ def simulator_check(args, graphs, contracts, engines, decoder) -> dict:
     return result
 
 
-def analyse_accuracy(args, engine: BuiltEngine, runner: SimulatorStepRunner) -> dict:
+def analyse_accuracy(args, engine: BuiltEngine, runner) -> dict:
     """Run ``accuracy_analysis`` on the first step's inputs; name the first layer whose cosine drops."""
     import numpy as np
 
@@ -335,35 +329,60 @@ def _is_float(token: str) -> bool:
     return True
 
 
-def write_plan(args, contracts, engines) -> Path:
-    from vllm_omni.edge.exec_plan import stateful_exec_plan, write_exec_plan
+def write_plan(args, graphs, contracts, engines, check) -> Path:
+    from vllm_omni.edge.plan import StepArtifact, stateful_plan
 
-    artifacts = {
-        role: {
-            "file": Path(engine.report.path).name,
-            "sha256": engine.report.sha256,
-            "size_bytes": engine.report.size_bytes,
-            "toolkit_version": engine.report.toolkit_version,
-        }
-        for role, engine in engines.items()
+    model = {"id": str(args.model_dir or args.onnx), "checkpoint_sha256": None}
+    if args.model_dir:
+        from vllm_omni.edge.checkpoint import resolve_speech_tokenizer
+        from vllm_omni.edge.windowed_export import checkpoint_sha256
+
+        model["checkpoint_sha256"] = checkpoint_sha256(resolve_speech_tokenizer(args.model_dir))
+    verification = {
+        "runtime": "rknn-toolkit2 simulator",
+        "against": "full decode" if "snr_db_vs_full_decode" in check else "onnxruntime",
+        "snr_db": check.get("snr_db_vs_full_decode", check["snr_db_vs_onnxruntime"]),
     }
-    plan = stateful_exec_plan(
-        impl="rknn",
+    directory = args.output.parent
+    sources = {}
+    for role, path in graphs.items():  # the plan directory is self-contained: its ONNX sources sit in it
+        sources[role] = directory / path.name
+        if path.resolve() != sources[role].resolve():
+            import shutil
+
+            say(f"copying {path} beside the plan (the simulator and CPU fallbacks compile from it)")
+            shutil.copyfile(path, sources[role])
+    plan = stateful_plan(
         hardware_class="rockchip_npu",
-        model_id=str(args.model_dir or args.onnx),
-        artifacts=artifacts,
-        contracts=contracts,
-        device_dir=args.device_dir,
+        backend="rknn",
+        dtype="fp16",
+        model=model,
+        directory=directory,
+        steps={
+            role: StepArtifact(
+                path=directory / Path(engine.report.path).name,
+                contract=contracts[role],
+                verification=verification,
+                source=sources[role],
+            )
+            for role, engine in engines.items()
+        },
         target=args.target,
+        device_dir=args.device_dir,
+        build={
+            "tools": {"rknn-toolkit2": toolkit_version()},
+            "regtask_warnings": {role: engine.report.regtask_warnings for role, engine in engines.items()},
+            "simulator_check": {key: check[key] for key in ("frames", "steps", "per_step_snr_db", "verdict")},
+        },
     )
-    return write_exec_plan(args.output.parent, plan)
+    return plan.write(directory)
 
 
 def print_deploy(args, plan_path: Path) -> None:
-    from vllm_omni.edge.exec_plan import session_option
+    from vllm_omni.edge.plan import ExecPlan, session_option
 
-    plan = json.loads(plan_path.read_text())
-    files = " ".join(str(plan_path.parent / entry["file"]) for entry in plan["artifacts"].values())
+    plan = ExecPlan.load(plan_path)
+    files = " ".join(str(plan.path(role)) for role in plan.artifacts)
     print("deploy (adb; or scp to the board):")
     print(f"  adb shell mkdir -p {args.device_dir} && adb push {files} {plan_path} {args.device_dir}/")
     print(f"  --session-option '{session_option(plan)}'")

@@ -124,6 +124,19 @@ class StepContract:
         metadata["qwen3_tts.output_names"] = json.dumps(list(OUTPUT_NAMES))
         return metadata
 
+    def to_json(self) -> dict[str, Any]:
+        """The contract as plain JSON (what an execution plan carries for a step artifact without metadata)."""
+        row = {key.removeprefix("qwen3_tts."): json.loads(value) for key, value in self.to_metadata().items()}
+        return {**row, "inputs": self.input_shapes(), "outputs": self.output_shapes()}
+
+    @classmethod
+    def from_json(cls, row: Mapping[str, Any], source: str = "plan") -> StepContract:
+        if not isinstance(row, Mapping):
+            raise StepContractError(f"{source}: a step contract is a JSON object, found {type(row).__name__}")
+        shapes = ("inputs", "outputs")
+        metadata = {f"qwen3_tts.{key}": json.dumps(value) for key, value in row.items() if key not in shapes}
+        return cls.from_metadata(metadata, source)
+
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, str], source: str = "graph") -> StepContract:
         def read(key: str) -> Any:

@@ -32,7 +32,7 @@ from .checkpoint import SpeechTokenizerFiles, resolve_speech_tokenizer
 from .errors import EdgeExportError
 from .files import file_sha256, write_json_atomically
 from .manifest import MANIFEST_NAME, ProgramEntry, WindowedManifest
-from .runtime.window_programs import WINDOW_RUNNERS
+from .runtime.window_programs import WINDOW_RUNNERS, manifest_metadata
 from .window_schedule import Window, check_ramp, window_schedule
 from .windowed import WindowedCode2Wav
 
@@ -72,7 +72,7 @@ def check_against_eager(
     (codes,) = wrapper.example_inputs(seed=1234)
     with torch.no_grad():
         reference = wrapper(codes).numpy().ravel()
-    runner = WINDOW_RUNNERS[manifest.backend](path, entry, manifest)
+    runner = WINDOW_RUNNERS[manifest.backend](path, entry.window, manifest_metadata(entry, manifest))
     started = time.perf_counter()
     produced = runner.run(codes.numpy())
     seconds = time.perf_counter() - started

@@ -16,34 +16,43 @@ import numpy as np
 from ..backends.executorch import load_pte
 from ..backends.torch_export import load_pt2
 from ..manifest import ManifestError, ProgramEntry, WindowedManifest
+from ..window_schedule import Window
 from .windowed_decoder import WindowedDecoder
 
 
-def _check_metadata(entry: ProgramEntry, manifest: WindowedManifest, metadata: dict[str, int], path: Path) -> None:
-    expected = {
-        "context_frames": entry.context_frames,
-        "chunk_frames": entry.chunk_frames,
-        "samples_per_frame": manifest.samples_per_frame,
-        "num_quantizers": manifest.num_quantizers,
-        "sample_rate": manifest.sample_rate,
+def expected_metadata(window: Window, samples_per_frame: int, num_quantizers: int, sample_rate: int) -> dict[str, int]:
+    """What a window program must say about itself (its constant methods, or the ``.pt2`` extra file)."""
+    return {
+        "context_frames": window.context_frames,
+        "chunk_frames": window.chunk_frames,
+        "samples_per_frame": samples_per_frame,
+        "num_quantizers": num_quantizers,
+        "sample_rate": sample_rate,
     }
+
+
+def manifest_metadata(entry: ProgramEntry, manifest: WindowedManifest) -> dict[str, int]:
+    return expected_metadata(entry.window, manifest.samples_per_frame, manifest.num_quantizers, manifest.sample_rate)
+
+
+def _check_metadata(expected: dict[str, int], metadata: dict[str, int], path: Path) -> None:
     wrong = {key: (value, metadata.get(key)) for key, value in expected.items() if metadata.get(key) != value}
     if wrong:
-        details = ", ".join(f"{key}: manifest {want}, program {have}" for key, (want, have) in wrong.items())
-        raise ManifestError(f"{path} does not describe itself as the manifest says ({details}); re-export")
+        details = ", ".join(f"{key}: expected {want}, program says {have}" for key, (want, have) in wrong.items())
+        raise ManifestError(f"{path} does not describe itself as expected ({details}); re-export")
 
 
 class ExecuTorchWindowRunner:
     """A ``.pte`` window in the ExecuTorch runtime. Inputs and outputs cross as torch tensors (its API)."""
 
-    def __init__(self, path: str | os.PathLike[str], entry: ProgramEntry, manifest: WindowedManifest):
+    def __init__(self, path: str | os.PathLike[str], window: Window, expected: dict[str, int]):
         import torch
 
         self._torch = torch
-        self.window = entry.window
+        self.window = window
         self.path = Path(path)
         self._method, metadata = load_pte(self.path)
-        _check_metadata(entry, manifest, metadata, self.path)
+        _check_metadata(expected, metadata, self.path)
 
     def run(self, codes: np.ndarray) -> np.ndarray:
         (audio,) = self._method.execute([self._torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64))])
@@ -53,14 +62,14 @@ class ExecuTorchWindowRunner:
 class TorchExportWindowRunner:
     """A ``.pt2`` window run by torch (``torch.export.load(...).module()``)."""
 
-    def __init__(self, path: str | os.PathLike[str], entry: ProgramEntry, manifest: WindowedManifest):
+    def __init__(self, path: str | os.PathLike[str], window: Window, expected: dict[str, int]):
         import torch
 
         self._torch = torch
-        self.window = entry.window
+        self.window = window
         self.path = Path(path)
         exported, metadata = load_pt2(self.path)
-        _check_metadata(entry, manifest, metadata, self.path)
+        _check_metadata(expected, metadata, self.path)
         self._module = exported.module()
 
     def run(self, codes: np.ndarray) -> np.ndarray:
@@ -76,7 +85,7 @@ def open_window_runner(manifest: WindowedManifest, entry: ProgramEntry, check_sh
     if manifest.backend not in WINDOW_RUNNERS:
         raise ManifestError(f"no runtime for backend {manifest.backend!r}; known: {', '.join(WINDOW_RUNNERS)}")
     path = manifest.verify_program(entry, check_sha256=check_sha256)
-    return WINDOW_RUNNERS[manifest.backend](path, entry, manifest)
+    return WINDOW_RUNNERS[manifest.backend](path, entry.window, manifest_metadata(entry, manifest))
 
 
 def open_windowed_decoder(path: str | os.PathLike[str], check_sha256: bool = True) -> WindowedDecoder:

@@ -1,6 +1,6 @@
 """Compile a stateful step graph (ONNX) to ``.rknn`` with rknn-toolkit2, and describe the result.
 
-Runs in the converter venv (``make setup-rknn`` -> ``.venv-rknn``)::
+Runs where rknn-toolkit2 is installed: the converter venv (``make setup-rknn`` -> ``.venv-rknn``)::
 
     engine = build_engine("step_b16.onnx", "step_b16.rknn", target="rk3588", simulate=True)
     audio, cache = engine.run([codes, freqs, cache_valid, cache])   # PC simulator
@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_omni.edge.files import file_sha256, write_atomically
+from ..errors import EdgeError
+from ..files import file_sha256, write_atomically
 
 TARGETS = ("rk3588", "rk3576", "rk3562", "rk3566", "rk3568")
 # rknn-toolkit2 2.5.0 fuses the rotate-half of RoPE (Slice, Slice, Concat) into a conv and then
@@ -35,7 +36,7 @@ DISABLED_RULES = ("fuse_slice_slice_concat_to_conv",)
 REGTASK_PATTERN = re.compile(r"REGTASK: The bit width of field value exceeds the limit")
 
 
-class RknnBuildError(RuntimeError):
+class RknnBuildError(EdgeError):
     """A toolkit stage returned non-zero or raised; ``stage`` names it and ``log_path`` holds its output."""
 
     def __init__(self, stage: str, detail: str, log_path: Path | None):

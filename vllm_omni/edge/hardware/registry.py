@@ -1,0 +1,138 @@
+"""Hardware classes: what a class of device decodes with, as a small declarative record.
+
+A class names the graph kind (windowed or stateful), the backend that runs it, the dtype, its
+default sizes and targets, and the builder that produces its artifacts (a ``module:function``
+path, imported only when a build runs, so listing classes needs no toolchain). Built-in classes
+are below; other packages add classes through the ``vllm_omni.edge.hardware_classes`` entry-point
+group, each entry point resolving to a :class:`HardwareClass` (or a zero-argument callable
+returning one).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+from ..errors import EdgeError
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "vllm_omni.edge.hardware_classes"
+ROCKCHIP_TARGETS = ("rk3588", "rk3576", "rk3562", "rk3566", "rk3568")
+
+
+class UnknownHardwareClassError(EdgeError, KeyError):
+    """No hardware class of that name; the message lists the known ones."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class HardwareClass:
+    """One class of device. ``defaults`` are the builder's sizes (ramp/context, or step frames)."""
+
+    name: str
+    description: str
+    graph_kind: str  # "windowed" | "stateful"
+    backend: str  # "executorch" | "rknn" | "onnxruntime" | "torch_export"
+    dtype: str
+    builder: str  # "module:function", called as builder(hardware_class, request)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    targets: tuple[str, ...] = ()
+    default_target: str | None = None
+    variants: dict[str, str] = field(default_factory=dict)  # e.g. partitioner -> what it needs
+
+    def load_builder(self) -> Callable[..., Any]:
+        module_name, _, function = self.builder.partition(":")
+        try:
+            return getattr(importlib.import_module(module_name), function)
+        except (ImportError, AttributeError) as exc:
+            raise EdgeError(f"hardware class {self.name!r}: cannot load its builder {self.builder!r} ({exc})") from exc
+
+
+_BUILDERS = "vllm_omni.edge.hardware.builders"
+
+BUILTIN_CLASSES = (
+    HardwareClass(
+        name="npu_phone",
+        description="phone NPU: ExecuTorch windowed programs, one per chunk size of the ramp (XNNPACK; "
+        "QNN/CoreML export when their SDKs are installed)",
+        graph_kind="windowed",
+        backend="executorch",
+        dtype="fp32",
+        builder=f"{_BUILDERS}:build_windowed",
+        defaults={"ramp": (2, 4, 8, 16, 25), "context_frames": 72, "partitioner": "xnnpack"},
+        variants={"xnnpack": "always", "qnn": "QNN_SDK_ROOT with libQnnHtp.so", "coreml": "macOS with coremltools"},
+    ),
+    HardwareClass(
+        name="rockchip_npu",
+        description="Rockchip NPU: fp16 RKNN stateful step graphs (first + main step sharing one cache), per SoC",
+        graph_kind="stateful",
+        backend="rknn",
+        dtype="fp16",
+        builder=f"{_BUILDERS}:build_rknn",
+        defaults={"first_step_frames": 2, "step_frames": 16},
+        targets=ROCKCHIP_TARGETS,
+        default_target="rk3588",
+    ),
+    HardwareClass(
+        name="cpu_x86_64",
+        description="x86_64 CPU: stateful ONNX step graphs on onnxruntime (exact)",
+        graph_kind="stateful",
+        backend="onnxruntime",
+        dtype="fp32",
+        builder=f"{_BUILDERS}:build_onnx_steps",
+        defaults={"first_step_frames": 2, "step_frames": 16},
+    ),
+    HardwareClass(
+        name="cpu_arm64",
+        description="arm64 CPU (boards, Apple silicon, phones without an NPU plan): stateful ONNX step graphs on "
+        "onnxruntime (exact)",
+        graph_kind="stateful",
+        backend="onnxruntime",
+        dtype="fp32",
+        builder=f"{_BUILDERS}:build_onnx_steps",
+        defaults={"first_step_frames": 2, "step_frames": 16},
+    ),
+)
+
+
+def _entry_point_classes() -> list[HardwareClass]:
+    found = []
+    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            value = entry_point.load()
+            record = value() if callable(value) and not isinstance(value, HardwareClass) else value
+        except Exception as exc:  # a broken plugin must not take the built-in classes down with it
+            logger.warning("hardware class plugin %r failed to load: %s", entry_point.name, exc)
+            continue
+        if not isinstance(record, HardwareClass):
+            logger.warning("hardware class plugin %r gave %s, not a HardwareClass", entry_point.name, type(record))
+            continue
+        found.append(record)
+    return found
+
+
+@cache
+def hardware_classes() -> dict[str, HardwareClass]:
+    """Every known class by name: the built-in ones, then those registered by entry points."""
+    classes = {record.name: record for record in BUILTIN_CLASSES}
+    for record in _entry_point_classes():
+        if record.name in classes:
+            logger.warning("hardware class plugin %r is shadowed by an existing class of that name", record.name)
+            continue
+        classes[record.name] = record
+    return classes
+
+
+def get_hardware_class(name: str) -> HardwareClass:
+    classes = hardware_classes()
+    if name not in classes:
+        raise UnknownHardwareClassError(f"unknown hardware class {name!r}; known: {', '.join(classes)}")
+    return classes[name]
