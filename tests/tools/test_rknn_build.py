@@ -30,13 +30,26 @@ def prepare(*args, python: Path | str = CONVERTER_PYTHON, env=None) -> subproces
     )
 
 
+def edge_build(*args) -> subprocess.CompletedProcess:
+    """`python -m vllm_omni.edge build` from the main venv: ONNX export here, compile in the converter venv."""
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_omni.edge", "build", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=900,
+    )
+
+
 @pytest.fixture(scope="module")
 def compiled(small_checkpoint, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """Main step B=4 and first step B=2, compiled for rk3588 and checked in the simulator with one cache."""
+    """rockchip_npu: main step B=4 and first step B=2 for rk3588, checked in the simulator with one cache."""
+    if not CONVERTER_PYTHON.exists():
+        pytest.fail("the converter venv is missing: run `make setup-rknn` (make test does)")
     out = tmp_path_factory.mktemp("rknn")
-    result = prepare(
-        "--model-dir", small_checkpoint, "--codes-length", 4, "--first-codes-length", 2,
-        "--target", "rk3588", "--output", out / "step_b4.rknn",
+    result = edge_build(
+        "--hardware", "rockchip_npu", "--model", small_checkpoint, "--out", out,
+        "--step-frames", 4, "--first-step-frames", 2, "--target", "rk3588",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return out, result
@@ -58,20 +71,70 @@ def test_two_step_sizes_sharing_a_cache_pass_the_simulator_check(compiled):
     assert not list(out.glob(".*partial*"))
 
 
-def test_the_exec_plan_names_both_artifacts_with_their_contracts(compiled):
+def test_the_exec_plan_names_both_artifacts_with_their_contracts_and_sources(compiled):
+    from vllm_omni.edge.plan import ExecPlan
+
     out, result = compiled
-    plan = json.loads((out / "exec_plan.json").read_text())
-    assert plan["speech_decoder"] == {
+    plan = ExecPlan.load(out)
+    assert plan.speech_decoder == {
         "impl": "rknn",
-        "artifacts": {"main": "/data/qwen3-tts/step_b4.rknn", "first": "/data/qwen3-tts/step_b4_first_b2.rknn"},
+        "artifacts": {"main": "/data/qwen3-tts/step_b4.rknn", "first": "/data/qwen3-tts/step_b2.rknn"},
     }
-    assert (plan["hardware_class"], plan["target_soc"], plan["samples_per_frame"]) == ("rockchip_npu", "rk3588", 48)
-    main, first = plan["artifacts"]["main"], plan["artifacts"]["first"]
-    assert main["step_contract"]["step_frames"] == 4 and first["step_contract"]["step_frames"] == 2
-    assert main["step_contract"]["cache_numel"] == first["step_contract"]["cache_numel"] == 7808
-    assert main["step_contract"]["inputs"]["audio_codes"] == [1, 16, 4]
-    assert main["size_bytes"] == (out / main["file"]).stat().st_size
-    assert "--session-option 'qwen3_tts.exec_plan=" in result.stdout and "adb push" in result.stdout
+    assert (plan.hardware_class, plan.target, plan.samples_per_frame, plan.dtype) == (
+        "rockchip_npu",
+        "rk3588",
+        48,
+        "fp16",
+    )
+    main, first = plan.artifacts["main"], plan.artifacts["first"]
+    assert main.contract["step_frames"] == 4 and first.contract["step_frames"] == 2
+    assert main.contract["cache_numel"] == first.contract["cache_numel"] == 7808
+    assert main.contract["inputs"]["audio_codes"] == [1, 16, 4]
+    assert (main.source["file"], first.source["file"]) == ("step_b4.onnx", "step_b2.onnx")
+    assert main.verification["snr_db"] >= 40 and len(plan.model["checkpoint_sha256"]) == 64
+    assert "--session-option 'qwen3_tts.exec_plan=" in result.stderr and "adb push" in result.stderr
+    assert "hardware class rockchip_npu (target rk3588)" in result.stdout
+
+
+def test_decoding_through_the_plan_in_the_simulator_matches_the_full_decode(compiled, small_decoder, tmp_path):
+    """The plan's decoder with the rknn-toolkit2 simulator standing in for the board."""
+    import numpy as np
+    import torch
+
+    from vllm_omni.edge.audio import snr_db
+
+    out, _ = compiled
+    frames = np.random.default_rng(11).integers(0, 2048, size=(15, 16), dtype=np.int64)
+    np.save(tmp_path / "frames.npy", frames)
+    script = (
+        "import numpy as np, sys\n"
+        "from vllm_omni.edge.runtime.plan_decoder import open_decoder\n"
+        "frames = np.load(sys.argv[2])\n"
+        "decoder = open_decoder(sys.argv[1], rknn_runtime='simulator')\n"
+        "audio = np.concatenate([decoder.feed(frames[:5]), decoder.feed(frames[5:]), decoder.flush()])\n"
+        "np.save(sys.argv[3], audio)\n"
+    )
+    result = subprocess.run(
+        [str(CONVERTER_PYTHON), "-c", script, str(out), str(tmp_path / "frames.npy"), str(tmp_path / "audio.npy")],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    with torch.inference_mode():
+        reference = small_decoder(torch.from_numpy(frames.T[None].copy()))[0, 0].numpy()
+    assert snr_db(reference, np.load(tmp_path / "audio.npy")) >= 40
+
+
+def test_a_rebuild_keeps_the_compiled_steps(compiled, small_checkpoint):
+    out, _ = compiled
+    result = edge_build(
+        "--hardware", "rockchip_npu", "--model", small_checkpoint, "--out", out,
+        "--step-frames", 4, "--first-step-frames", 2, "--no-check",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "kept the rk3588 .rknn steps" in result.stderr and "compiling" not in result.stderr
 
 
 def test_an_existing_graph_compiles_alone_and_is_checked_against_onnxruntime(compiled, tmp_path):
@@ -82,7 +145,7 @@ def test_an_existing_graph_compiles_alone_and_is_checked_against_onnxruntime(com
     check = json.loads((tmp_path / "given.report.json").read_text())["simulator_check"]
     assert check["passed"] and check["snr_db_vs_onnxruntime"] >= 40 and "snr_db_vs_full_decode" not in check
     plan = json.loads((tmp_path / "exec_plan.json").read_text())
-    assert plan["artifacts"]["main"]["step_contract"]["head_dim"] == 32
+    assert plan["artifacts"]["main"]["contract"]["head_dim"] == 32 and plan["model"]["checkpoint_sha256"] is None
     assert "on the RKNN risk list" in result.stderr and "installed: 2.5.0" in result.stderr
 
 
