@@ -13,8 +13,9 @@ setup-oracle:
 setup-rknn:
 	@tools/setup_venv.sh .venv-rknn tools/rknn/requirements.txt --no-deps tools/rknn/requirements-nodeps.txt --editable
 
-# Main job on the embedded default: a random-weight checkpoint in the released layout -> WAV.
-demo: setup
+# Main job on the embedded default: a random-weight checkpoint in the released layout -> the plan of
+# every hardware class (rockchip_npu compiles in the converter venv), each decoding a stream.
+demo: setup setup-rknn
 	$(PY) -m vllm_omni.edge.demo --out out/demo
 
 test: setup setup-oracle setup-rknn

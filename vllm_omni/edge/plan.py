@@ -115,7 +115,7 @@ class ExecPlan:
 
     @property
     def plan_id(self) -> str:
-        """sha256 of the plan's canonical JSON without its id: what a stream's start message names."""
+        """sha256 of the plan's canonical JSON (see :func:`_plan_digest`): what a stream's start message names."""
         return _plan_digest(self._body())
 
     def step_contract(self, role: str) -> StepContract:
@@ -444,7 +444,14 @@ def session_option(plan: ExecPlan) -> str:
 
 
 def _plan_digest(body: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    """sha256 of what decides the audio: everything but ``build`` and each artifact's ``verification``
+    (timings and check results change on every rebuild of identical artifacts)."""
+    identity = {key: value for key, value in body.items() if key not in ("build", "plan_id")}
+    identity["artifacts"] = {
+        role: {key: value for key, value in row.items() if key != "verification"}
+        for role, row in body.get("artifacts", {}).items()
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 @cache
