@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,14 @@ STEP_ARGS = ("--step-frames", "4", "--first-step-frames", "2")
 @pytest.fixture(scope="session")
 def cpu_plan(small_checkpoint, tmp_path_factory) -> Path:
     return build_plan(small_checkpoint, tmp_path_factory.mktemp("plans") / "cpu_x86_64", "cpu_x86_64", *STEP_ARGS)
+
+
+# npu_phone over the same windows as the session's .pte programs (PTE_ARGS): 0+2 and 2+2.
+PHONE_ARGS = ("--ramp", "2", "--context", "2")
+
+
+@pytest.fixture(scope="session")
+def phone_plan(small_checkpoint, pte_programs, tmp_path_factory) -> Path:
+    """npu_phone built over a copy of the exported programs: the build keeps them (resume) and writes the plan."""
+    out = Path(shutil.copytree(pte_programs, tmp_path_factory.mktemp("plans") / "npu_phone"))
+    return build_plan(small_checkpoint, out, "npu_phone", *PHONE_ARGS)

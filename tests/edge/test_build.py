@@ -10,21 +10,11 @@ import pytest
 import torch
 
 from tests.conftest import random_codes
-from tests.edge.conftest import build_plan
+from tests.edge.conftest import PHONE_ARGS, build_plan
 from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.plan import ExecPlan
 from vllm_omni.edge.runtime import WindowedDecoder
 from vllm_omni.edge.runtime.plan_decoder import open_decoder
-
-# The same windows as the session's .pte programs (tests/edge/conftest.py PTE_ARGS): 0+2 and 2+2.
-PHONE_ARGS = ("--ramp", "2", "--context", "2")
-
-
-@pytest.fixture(scope="module")
-def phone_plan(small_checkpoint, pte_programs, tmp_path_factory) -> Path:
-    """npu_phone built over a copy of the exported programs: the build keeps them (resume) and writes the plan."""
-    out = Path(shutil.copytree(pte_programs, tmp_path_factory.mktemp("plans") / "npu_phone"))
-    return build_plan(small_checkpoint, out, "npu_phone", *PHONE_ARGS)
 
 
 def test_the_phone_plan_lists_one_program_per_window(phone_plan):

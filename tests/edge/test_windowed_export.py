@@ -77,7 +77,7 @@ def test_a_corrupt_or_swapped_program_is_refused_before_the_runtime_sees_it(pt2_
     payload["programs"][0].update(payload["programs"][1], name="window_c0_n2", context_frames=0, chunk_frames=2)
     payload["programs"][0]["path"] = "window_c0_n2.pt2"
     (out / "manifest.json").write_text(json.dumps(payload))
-    with pytest.raises(ManifestError, match="context_frames: manifest 0, program 2"):
+    with pytest.raises(ManifestError, match="context_frames: expected 0, program says 2"):
         open_windowed_decoder(out)
 
 

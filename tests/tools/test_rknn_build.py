@@ -96,35 +96,33 @@ def test_the_exec_plan_names_both_artifacts_with_their_contracts_and_sources(com
     assert "hardware class rockchip_npu (target rk3588)" in result.stdout
 
 
-def test_decoding_through_the_plan_in_the_simulator_matches_the_full_decode(compiled, small_decoder, tmp_path):
-    """The plan's decoder with the rknn-toolkit2 simulator standing in for the board."""
+def test_a_recorded_stream_through_the_edge_client_in_the_simulator_matches_the_full_decode(
+    compiled, small_decoder, tmp_path
+):
+    """The client with the plan's RKNN decoder, the rknn-toolkit2 simulator standing in for the board."""
+    import wave
+
     import numpy as np
     import torch
 
+    from tests.edge.test_client import messages, recording
     from vllm_omni.edge.audio import snr_db
+    from vllm_omni.edge.plan import ExecPlan
 
     out, _ = compiled
+    plan = ExecPlan.load(out)
     frames = np.random.default_rng(11).integers(0, 2048, size=(15, 16), dtype=np.int64)
-    np.save(tmp_path / "frames.npy", frames)
-    script = (
-        "import numpy as np, sys\n"
-        "from vllm_omni.edge.runtime.plan_decoder import open_decoder\n"
-        "frames = np.load(sys.argv[2])\n"
-        "decoder = open_decoder(sys.argv[1], rknn_runtime='simulator')\n"
-        "audio = np.concatenate([decoder.feed(frames[:5]), decoder.feed(frames[5:]), decoder.flush()])\n"
-        "np.save(sys.argv[3], audio)\n"
-    )
-    result = subprocess.run(
-        [str(CONVERTER_PYTHON), "-c", script, str(out), str(tmp_path / "frames.npy"), str(tmp_path / "audio.npy")],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=900,
-    )
+    (tmp_path / "stream.qcs").write_bytes(recording(messages(plan, [frames], per_message=5)))
+    command = [str(CONVERTER_PYTHON), "-m", "vllm_omni.edge.client", "--stream", str(tmp_path / "stream.qcs")]
+    command += ["--plan", str(out), "--rknn-runtime", "simulator", "--out", str(tmp_path / "rk.wav")]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
+    with wave.open(str(tmp_path / "rk.wav")) as handle:
+        audio = np.frombuffer(handle.readframes(handle.getnframes()), dtype="<i2") / 32767.0
     with torch.inference_mode():
         reference = small_decoder(torch.from_numpy(frames.T[None].copy()))[0, 0].numpy()
-    assert snr_db(reference, np.load(tmp_path / "audio.npy")) >= 40
+    assert snr_db(reference, audio) >= 40
+    assert "15 frames" in result.stderr and "first audio after" in result.stderr
 
 
 def test_a_rebuild_keeps_the_compiled_steps(compiled, small_checkpoint):

@@ -38,3 +38,40 @@ def snr_db(reference: np.ndarray, estimate: np.ndarray) -> float:
     if noise == 0:
         return float("inf")
     return float(10 * np.log10(float((reference**2).sum()) / noise))
+
+
+class WavWriter:
+    """A 16-bit mono WAV written as audio arrives; ``close()`` finishes the header and renames it into place.
+
+    Until then the file sits beside ``path`` as ``.<stem>.partial.wav``. ``close()`` is also what
+    an error path calls: the audio written so far lands intact at ``path``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], sample_rate: int):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.sample_rate = sample_rate
+        self.samples = 0
+        self._temporary = self.path.with_name(f".{self.path.stem}.partial{self.path.suffix}")
+        self._wave = wave.open(str(self._temporary), "wb")  # noqa: SIM115 (closed by close())
+        self._wave.setnchannels(1)
+        self._wave.setsampwidth(2)
+        self._wave.setframerate(sample_rate)
+
+    def write(self, samples: np.ndarray) -> None:
+        pcm = float_to_pcm16(np.ravel(samples))
+        self._wave.writeframes(pcm.tobytes())
+        self.samples += pcm.size
+
+    def close(self) -> Path:
+        if self._wave is not None:
+            self._wave.close()
+            self._wave = None
+            os.replace(self._temporary, self.path)
+        return self.path
+
+    def __enter__(self) -> WavWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

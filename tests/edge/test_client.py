@@ -1,0 +1,247 @@
+"""The edge client: recorded and served streams decoded through each plan, resets, truncation, bad streams."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import io
+import shutil
+import subprocess
+import sys
+import threading
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import REPO_ROOT, random_codes
+from vllm_omni.edge.audio import float_to_pcm16, snr_db
+from vllm_omni.edge.client import EdgeClient, fetch_plan
+from vllm_omni.edge.client import main as client_main
+from vllm_omni.edge.codec_stream import (
+    KIND_BINARY,
+    KIND_JSON,
+    RECORDING_MAGIC,
+    CodecStreamEncoder,
+    StreamStart,
+    record,
+)
+from vllm_omni.edge.plan import ExecPlan
+
+
+def stream_start(plan: ExecPlan, **overrides) -> StreamStart:
+    fields = {
+        "num_quantizers": plan.num_quantizers,
+        "codebook_size": plan.codebook_size,
+        "frame_rate": plan.sample_rate / plan.samples_per_frame,
+        "sample_rate": plan.sample_rate,
+        "hardware_class": plan.hardware_class,
+        "plan_id": plan.plan_id,
+    }
+    return StreamStart(**(fields | overrides))
+
+
+def messages(plan: ExecPlan, segments: list[np.ndarray], per_message: int = 3, **start) -> list[tuple[bytes, bytes]]:
+    """One stream: each segment after the first starts with reset; each ends with segment end (the last: end)."""
+    encoder = CodecStreamEncoder(stream_start(plan, **start))
+    out = [(KIND_JSON, encoder.start())]
+    for index, frames in enumerate(segments):
+        pieces = [frames[i : i + per_message] for i in range(0, len(frames), per_message)]
+        for number, piece in enumerate(pieces):
+            last = number == len(pieces) - 1
+            flags = {
+                "reset": index > 0 and number == 0,
+                "segment_end": last and index < len(segments) - 1,
+                "end_of_stream": last and index == len(segments) - 1,
+            }
+            out.append((KIND_BINARY, encoder.frames(piece, **flags)))
+    out.append((KIND_JSON, encoder.done()))
+    return out
+
+
+def recording(items: list[tuple[bytes, bytes]]) -> bytes:
+    return RECORDING_MAGIC + b"".join(record(kind, payload) for kind, payload in items)
+
+
+def decode(plan: ExecPlan, data: bytes):
+    pieces: list[np.ndarray] = []
+    report = EdgeClient(plan).run(io.BytesIO(data), [pieces.append])
+    return (np.concatenate(pieces) if pieces else np.zeros(0, np.float32)), report
+
+
+def full_decode(small_decoder, frames: np.ndarray) -> np.ndarray:
+    with torch.inference_mode():
+        return small_decoder(torch.from_numpy(frames.T[None].copy()))[0, 0].numpy()
+
+
+def read_wav(path: Path) -> np.ndarray:
+    with wave.open(str(path)) as handle:
+        return np.frombuffer(handle.readframes(handle.getnframes()), dtype="<i2")
+
+
+@pytest.fixture(scope="module")
+def cpu(cpu_plan) -> ExecPlan:
+    return ExecPlan.load(cpu_plan)
+
+
+@pytest.fixture(scope="module")
+def frames() -> np.ndarray:
+    return random_codes(22, 16, 2048, seed=21)[0].T.numpy().copy()
+
+
+def test_a_recorded_stream_through_the_cpu_plan_equals_the_full_decode(cpu, frames, small_decoder):
+    audio, report = decode(cpu, recording(messages(cpu, [frames])))
+    assert snr_db(full_decode(small_decoder, frames), audio) >= 90
+    assert (report.frames, report.done_reason, report.error, report.duplicates) == (22, "complete", None, 0)
+    assert report.first_audio_seconds is not None and report.real_time_factor > 0
+
+
+def test_a_recorded_stream_through_the_phone_plan_is_exact_while_it_fits_the_window(phone_plan, small_decoder):
+    plan = ExecPlan.load(phone_plan)
+    short = random_codes(4, 16, 2048, seed=22)[0].T.numpy().copy()
+    audio, report = decode(plan, recording(messages(plan, [short], per_message=1)))
+    assert report.error is None and snr_db(full_decode(small_decoder, short), audio) >= 90
+
+
+def test_a_reset_gives_exactly_the_audio_of_two_independent_streams(cpu, frames, small_decoder):
+    first, second = frames[:10], frames[10:]
+    together, report = decode(cpu, recording(messages(cpu, [first, second])))
+    apart = np.concatenate([decode(cpu, recording(messages(cpu, [part])))[0] for part in (first, second)])
+    assert np.array_equal(together, apart) and report.resets == 1
+    assert (
+        snr_db(np.concatenate([full_decode(small_decoder, first), full_decode(small_decoder, second)]), together) >= 90
+    )
+
+
+def test_a_reset_without_segment_end_drops_the_undecoded_frames(cpu, frames):
+    """Barge-in: frames of the old utterance not yet decoded are dropped, never played after the reset."""
+    encoder = CodecStreamEncoder(stream_start(cpu))
+    items = [(KIND_JSON, encoder.start()), (KIND_BINARY, encoder.frames(frames[:6]))]  # B=4 decodes 2, then 4 more
+    items += [(KIND_BINARY, encoder.frames(frames[6:9], reset=True, end_of_stream=True)), (KIND_JSON, encoder.done())]
+    audio, _ = decode(cpu, recording(items))
+    hop = cpu.samples_per_frame
+    old = decode(cpu, recording(messages(cpu, [frames[:6]])))[0][: 6 * hop]
+    new = decode(cpu, recording(messages(cpu, [frames[6:9]])))[0]
+    assert audio.size == 6 * hop + new.size  # the first two steps (first B=2, main B=4) were decoded before it
+    assert np.array_equal(audio[: 6 * hop], old) and np.array_equal(audio[6 * hop :], new)
+
+
+def test_duplicates_are_skipped_and_counted(cpu, frames):
+    items = messages(cpu, [frames])
+    with_duplicate = [*items[:3], items[2], items[1], *items[3:]]
+    audio, report = decode(cpu, recording(with_duplicate))
+    assert report.duplicates == 2 and report.error is None
+    assert np.array_equal(audio, decode(cpu, recording(items))[0])
+
+
+def test_a_gap_ends_the_run_with_a_clear_error_and_keeps_the_audio_so_far(cpu, frames):
+    items = messages(cpu, [frames])
+    audio, report = decode(cpu, recording([*items[:3], *items[4:]]))
+    assert "messages were lost" in report.error and report.frames == 6
+    assert audio.size == 6 * cpu.samples_per_frame
+
+
+def test_a_stream_for_another_plan_is_refused(cpu, frames):
+    audio, report = decode(cpu, recording(messages(cpu, [frames], plan_id="0" * 64)))
+    assert "made for plan 000000000000" in report.error and audio.size == 0
+
+
+def test_a_truncated_stream_ends_with_a_clear_error_and_the_audio_intact_on_disk(
+    cpu_plan, cpu, frames, tmp_path, capsys
+):
+    data = recording(messages(cpu, [frames]))
+    (tmp_path / "whole.qcs").write_bytes(data)
+    assert (
+        client_main(
+            ["--stream", str(tmp_path / "whole.qcs"), "--plan", str(cpu_plan), "--out", str(tmp_path / "whole.wav")]
+        )
+        == 0
+    )
+    whole = read_wav(tmp_path / "whole.wav")
+    cut = data[: len(data) // 2 + 7]  # inside a frames message
+    (tmp_path / "cut.qcs").write_bytes(cut)
+    code = client_main(
+        ["--stream", str(tmp_path / "cut.qcs"), "--plan", str(cpu_plan), "--out", str(tmp_path / "cut.wav")]
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and "error: the stream ended" in err and "cut off" in err and "cut.wav" in err
+    partial = read_wav(tmp_path / "cut.wav")
+    assert 0 < partial.size < whole.size and partial.size % cpu.samples_per_frame == 0
+    assert np.array_equal(partial, whole[: partial.size])
+    assert not list(tmp_path.glob(".*partial*"))
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A static HTTP server over tmp_path/www (what the serving issue's server sends, byte for byte)."""
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    handler.log_message = lambda *args: None
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+def test_a_served_stream_and_plan_are_fetched_checked_and_decoded(cpu_plan, cpu, frames, server, tmp_path):
+    root, url = server
+    shutil.copytree(cpu_plan, root / "plan")
+    (root / "stream.qcs").write_bytes(recording(messages(cpu, [frames])))
+    cache = tmp_path / "cache"
+    command = ["--stream", f"{url}/stream.qcs", "--plan", f"{url}/plan", "--cache-dir", str(cache)]
+    assert client_main([*command, "--out", str(tmp_path / "served.wav")]) == 0
+    fetched = cache / cpu.plan_id
+    assert sorted(p.name for p in fetched.iterdir()) == ["exec_plan.json", "step_b2.onnx", "step_b4.onnx"]
+    audio, _ = decode(cpu, recording(messages(cpu, [frames])))
+    assert np.array_equal(read_wav(tmp_path / "served.wav"), float_to_pcm16(audio))
+    # A damaged artifact on the server is refused, and nothing that fails its sha256 is kept.
+    shutil.rmtree(cache)
+    (root / "plan" / "step_b4.onnx").write_bytes((root / "plan" / "step_b4.onnx").read_bytes()[::-1])
+    with pytest.raises(Exception, match="does not hash to the plan's sha256"):
+        fetch_plan(f"{url}/plan", cache)
+    assert not (cache / cpu.plan_id / "step_b4.onnx").exists()
+
+
+def test_pcm_goes_to_stdout_as_raw_s16le(cpu_plan, cpu, frames, tmp_path):
+    (tmp_path / "s.qcs").write_bytes(recording(messages(cpu, [frames])))
+    result = subprocess.run(
+        [sys.executable, "-m", "vllm_omni.edge.client", "--stream", "-", "--plan", str(cpu_plan), "--pcm-stdout"],
+        input=(tmp_path / "s.qcs").read_bytes(),
+        capture_output=True,
+        cwd=REPO_ROOT,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    audio, _ = decode(cpu, recording(messages(cpu, [frames])))
+    assert result.stdout == float_to_pcm16(audio).tobytes()
+    assert b"first audio after" in result.stderr and b"real-time factor" in result.stderr
+
+
+def test_the_client_needs_somewhere_to_write(cpu_plan, capsys):
+    assert client_main(["--stream", "x", "--plan", str(cpu_plan)]) == 2
+    assert "nothing to write" in capsys.readouterr().err
+
+
+def test_record_and_inspect_on_the_command_line(cpu_plan, cpu, frames, tmp_path, capsys):
+    from vllm_omni.edge.codec_stream import _command_line as codec_stream_main
+
+    np.save(tmp_path / "codes.npy", frames)
+    command = [
+        "record",
+        "--codes",
+        str(tmp_path / "codes.npy"),
+        "--plan",
+        str(cpu_plan),
+        "--out",
+        str(tmp_path / "r.qcs"),
+    ]
+    assert codec_stream_main([*command, "--frames-per-message", "5"]) == 0
+    assert codec_stream_main(["inspect", str(tmp_path / "r.qcs")]) == 0
+    shown = capsys.readouterr().out
+    assert "22 frames in 5 messages" in shown and "frames seq=4 first=20 count=2 ['end']" in shown
+    audio, report = decode(cpu, (tmp_path / "r.qcs").read_bytes())
+    assert report.error is None and np.array_equal(audio, decode(cpu, recording(messages(cpu, [frames])))[0])
