@@ -245,3 +245,29 @@ def test_record_and_inspect_on_the_command_line(cpu_plan, cpu, frames, tmp_path,
     assert "22 frames in 5 messages" in shown and "frames seq=4 first=20 count=2 ['end']" in shown
     audio, report = decode(cpu, (tmp_path / "r.qcs").read_bytes())
     assert report.error is None and np.array_equal(audio, decode(cpu, recording(messages(cpu, [frames])))[0])
+
+
+def test_the_arm64_cpu_plan_builds_validates_and_decodes_a_recorded_stream(
+    small_checkpoint, frames, small_decoder, tmp_path
+):
+    from tests.edge.conftest import STEP_ARGS, build_plan
+
+    plan = ExecPlan.load(build_plan(small_checkpoint, tmp_path / "cpu_arm64", "cpu_arm64", *STEP_ARGS))
+    assert (plan.hardware_class, plan.backend) == ("cpu_arm64", "onnxruntime")
+    audio, report = decode(plan, recording(messages(plan, [frames])))
+    assert report.error is None and snr_db(full_decode(small_decoder, frames), audio) >= 90
+
+
+def test_the_playback_clock_counts_underruns_behind_its_jitter_buffer():
+    from vllm_omni.edge.client import PlaybackClock
+
+    clock = PlaybackClock(jitter_seconds=0.2)
+    clock.add(0.1, now=0.0)  # buffering: 0.1 s < 0.2 s
+    clock.add(0.1, now=0.05)  # 0.2 s buffered: playback starts at 0.05 and lasts until 0.25
+    clock.add(0.1, now=0.2)  # in time: audio now lasts until 0.35
+    assert clock.underruns == 0
+    clock.add(0.1, now=0.5)  # the speaker ran dry at 0.35
+    assert clock.underruns == 1
+    clock.add(0.1, now=0.55)  # buffering again, 0.2 s: playback restarts
+    clock.add(0.3, now=0.6)
+    assert clock.underruns == 1

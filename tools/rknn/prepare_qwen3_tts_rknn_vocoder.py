@@ -334,8 +334,7 @@ def write_plan(args, graphs, contracts, engines, check) -> Path:
 
     model = {"id": str(args.model_dir or args.onnx), "checkpoint_sha256": None}
     if args.model_dir:
-        from vllm_omni.edge.checkpoint import resolve_speech_tokenizer
-        from vllm_omni.edge.windowed_export import checkpoint_sha256
+        from vllm_omni.edge.checkpoint import checkpoint_sha256, resolve_speech_tokenizer
 
         model["checkpoint_sha256"] = checkpoint_sha256(resolve_speech_tokenizer(args.model_dir))
     verification = {

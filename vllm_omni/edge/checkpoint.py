@@ -9,6 +9,7 @@ Layout of a released checkpoint (only the speech tokenizer part matters here)::
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import torch
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2Config
 
 from .errors import CheckpointError, CheckpointNotFoundError
+from .files import file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +44,14 @@ class SpeechTokenizerFiles:
     @property
     def weights_path(self) -> Path:
         return self.directory / WEIGHTS_FILE
+
+
+def checkpoint_sha256(files: SpeechTokenizerFiles) -> str:
+    """One digest over the speech tokenizer's config and weights: what makes two exports the same."""
+    digest = hashlib.sha256()
+    for path in (files.config_path, files.weights_path):
+        digest.update(file_sha256(path).encode())
+    return digest.hexdigest()
 
 
 def _looks_like_hub_id(model: str) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import logging
 import time
@@ -28,7 +27,7 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMP
 
 from .audio import snr_db
 from .backends.programs import ProgramBackend, program_backend
-from .checkpoint import SpeechTokenizerFiles, resolve_speech_tokenizer
+from .checkpoint import checkpoint_sha256, resolve_speech_tokenizer
 from .errors import EdgeExportError
 from .files import file_sha256, write_json_atomically
 from .manifest import MANIFEST_NAME, ProgramEntry, WindowedManifest
@@ -55,14 +54,6 @@ class WindowedExportRequest:
     dtype: str = "fp32"
     check: bool = True
     tolerance: float | None = None
-
-
-def checkpoint_sha256(files: SpeechTokenizerFiles) -> str:
-    """One digest over the speech tokenizer's config and weights: what makes two exports the same."""
-    digest = hashlib.sha256()
-    for path in (files.config_path, files.weights_path):
-        digest.update(file_sha256(path).encode())
-    return digest.hexdigest()
 
 
 def check_against_eager(
@@ -95,9 +86,10 @@ def check_against_eager(
     return check
 
 
-def _tool_versions() -> dict[str, str]:
+def tool_versions(*names: str) -> dict[str, str]:
+    """Installed versions of ``names`` (those not installed are left out): what a build record notes."""
     versions = {}
-    for name in ("torch", "executorch"):
+    for name in names:
         with contextlib.suppress(package_metadata.PackageNotFoundError):
             versions[name] = package_metadata.version(name)
     return versions
@@ -158,7 +150,7 @@ def export_windowed_programs(
         partitioner=backend.partitioner,
         dtype=request.dtype,
         programs=(),
-        tools=_tool_versions(),
+        tools=tool_versions("torch", "executorch"),
         directory=out_dir,
     )
     entries = []

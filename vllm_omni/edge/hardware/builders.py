@@ -14,16 +14,18 @@ after it validates against the files.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import resolve_speech_tokenizer
+from ..checkpoint import checkpoint_sha256, resolve_speech_tokenizer
 from ..errors import EdgeError, EdgeExportError
 from ..files import file_sha256, write_json_atomically
 from ..plan import (
@@ -141,7 +143,6 @@ def export_steps(
     onnxruntime against the full decode when ``request.check`` is set.
     """
     from ..backends.onnx import check_step_graph, export_step_onnx, graph_contract
-    from ..windowed_export import checkpoint_sha256
 
     sizes = step_sizes(hardware_class, request)
     files = resolve_speech_tokenizer(request.model)
@@ -151,26 +152,31 @@ def export_steps(
     state_path = out_dir / STATE_NAME
     state = _read_state(state_path)
     done = state.get("steps", {}) if state.get("fingerprint") == fingerprint else {}
-    decoder = None
+
+    @cache
+    def decoder():
+        from ..decoder_export import load_code2wav_decoder
+
+        return load_code2wav_decoder(files.directory)
+
     graphs: dict[str, tuple[Path, Any, float | None]] = {}
     for index, (role, frames) in enumerate(sizes.items(), start=1):
         label = f"[{index}/{len(sizes)}] {role} step B={frames}"
         path = out_dir / f"step_b{frames}.onnx"
-        if decoder is None:
-            from ..decoder_export import load_code2wav_decoder
-
-            decoder = load_code2wav_decoder(files.directory)
-        if _intact(path, done.get(path.name)):
+        kept = _intact(path, done.get(path.name))
+        if kept:
             request.progress(f"{label}: kept {path.name} ({path.stat().st_size / 1e6:.1f} MB, intact)")
-            snr = check_step_graph(decoder, path) if request.check else None
         else:
-            request.progress(f"{label}: exporting {path.name} and checking it in onnxruntime")
-            export_step_onnx(decoder, frames, path, check=False)
+            request.progress(f"{label}: exporting {path.name}")
+            export_step_onnx(decoder(), frames, path, check=False)
+        snr = None
+        if request.check:  # kept graphs too: verification, not hope
             try:
-                snr = check_step_graph(decoder, path) if request.check else None
+                snr = check_step_graph(decoder(), path)
             except EdgeExportError:
                 path.unlink(missing_ok=True)
                 raise
+        if not kept:
             done[path.name] = {"sha256": file_sha256(path), "size_bytes": path.stat().st_size}
             write_json_atomically(state_path, {"fingerprint": fingerprint, "steps": done})
         contract = graph_contract(path)
@@ -182,6 +188,8 @@ def export_steps(
 
 
 def build_onnx_steps(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
+    from ..windowed_export import tool_versions
+
     graphs, model = export_steps(hardware_class, request)
     steps = {
         role: StepArtifact(
@@ -199,7 +207,7 @@ def build_onnx_steps(hardware_class: HardwareClass, request: BuildRequest) -> Ex
         directory=request.out_dir,
         steps=steps,
         device_dir=request.device_dir,
-        build={"tools": _tool_versions("onnx", "onnxruntime", "torch")},
+        build={"tools": tool_versions("onnx", "onnxruntime", "torch")},
     )
     return _write_and_load(plan, request)
 
@@ -293,24 +301,10 @@ def _intact(path: Path, record: dict[str, Any] | None) -> bool:
 
 
 def _read_state(path: Path) -> dict[str, Any]:
-    import json
-
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-
-
-def _tool_versions(*names: str) -> dict[str, str]:
-    from importlib import metadata
-
-    versions = {}
-    for name in names:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return versions
 
 
 def build(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
