@@ -31,6 +31,7 @@ bench: setup
 	$(PY) benchmarks/bench_stateful.py --out out/bench
 	$(PY) benchmarks/bench_windowed.py --out out/bench
 	$(PY) benchmarks/bench_codec_stream.py --out out/bench
+	$(PY) benchmarks/bench_client.py --out out/bench
 
 # Released-geometry RKNN compile + simulator check (about 5 GB of RAM and minutes per step size).
 bench-rknn: setup setup-rknn
