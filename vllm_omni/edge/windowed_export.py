@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata as package_metadata
@@ -38,6 +39,8 @@ from .windowed import WindowedCode2Wav
 logger = logging.getLogger(__name__)
 
 STATE_NAME = ".export-state.json"
+# torch 2.13's own pytree use warns once per program saved or loaded; nothing a user can act on.
+warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 DTYPES = {"fp32": torch.float32}
 # Max-abs difference against eager allowed for a program (audio is in [-1, 1]; 1e-3 is -60 dBFS).
 DEFAULT_TOLERANCE = {"fp32": 1e-3}
