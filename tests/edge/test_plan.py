@@ -146,3 +146,8 @@ def test_a_rebuild_keeps_intact_graphs_and_redoes_a_damaged_one(small_checkpoint
     assert "kept step_b4.onnx" in log and "exporting step_b2.onnx" in log
     after = ExecPlan.load(plan_copy)
     assert after.artifacts["main"].sha256 == before.artifacts["main"].sha256
+
+
+def test_a_malformed_step_contract_is_an_error_naming_it(plan_copy):
+    edit_plan(plan_copy, lambda p: p["artifacts"]["main"]["contract"].update(cache_layout=[["x"]], head_dim="big"))
+    assert "artifacts.main.contract" in load_error(plan_copy)

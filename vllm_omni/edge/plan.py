@@ -250,7 +250,7 @@ class ExecPlan:
         for role in self.artifacts:
             try:
                 contracts[role] = self.step_contract(role)
-            except (StepContractError, TypeError, ValueError) as exc:
+            except (StepContractError, TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
                 raise ExecPlanError(f"{source}: artifacts.{role}.contract: {exc}") from exc
             contract = contracts[role]
             geometry = {
