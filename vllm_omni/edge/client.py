@@ -48,7 +48,7 @@ from .codec_stream import (
     read_records,
 )
 from .errors import EdgeError
-from .files import file_sha256, write_atomically
+from .files import file_matches, file_sha256, write_atomically
 from .plan import PLAN_NAME, ExecPlan, ExecPlanError
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "vllm-omni-edge" / "plans"
@@ -112,7 +112,7 @@ def fetch_plan(location: str, cache_dir: Path = DEFAULT_CACHE_DIR) -> ExecPlan:
     ]
     for name, sha256, size in files:
         target = directory / name
-        if target.is_file() and target.stat().st_size == size and file_sha256(target) == sha256:
+        if file_matches(target, size, sha256):
             continue
         _download(urllib.parse.urljoin(base, urllib.parse.quote(name)), target, sha256)
     staging.replace(directory / PLAN_NAME)

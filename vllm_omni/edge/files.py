@@ -19,6 +19,12 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
+def file_matches(path: str | os.PathLike[str], size_bytes: Any, sha256: Any) -> bool:
+    """Whether ``path`` is a file of exactly ``size_bytes`` bytes hashing to ``sha256`` (size first: it is cheap)."""
+    path = Path(path)
+    return path.is_file() and path.stat().st_size == size_bytes and file_sha256(path) == sha256
+
+
 def write_atomically(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> Path:
     """Call ``write(temporary)`` and rename the temporary file to ``path`` only if it returns.
 

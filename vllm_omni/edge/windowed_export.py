@@ -30,7 +30,7 @@ from .audio import snr_db
 from .backends.programs import ProgramBackend, program_backend
 from .checkpoint import checkpoint_sha256, resolve_speech_tokenizer
 from .errors import EdgeExportError
-from .files import file_sha256, write_json_atomically
+from .files import file_matches, file_sha256, write_json_atomically
 from .manifest import MANIFEST_NAME, ProgramEntry, WindowedManifest
 from .runtime.window_programs import WINDOW_RUNNERS, manifest_metadata
 from .window_schedule import Window, check_ramp, window_schedule
@@ -194,7 +194,7 @@ def _kept_entry(out_dir: Path, row: dict[str, Any] | None) -> ProgramEntry | Non
         return None
     entry = ProgramEntry.from_json(row)
     path = out_dir / entry.path
-    if not path.is_file() or path.stat().st_size != entry.size_bytes or file_sha256(path) != entry.sha256:
+    if not file_matches(path, entry.size_bytes, entry.sha256):
         return None
     return entry
 

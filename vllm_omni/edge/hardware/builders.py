@@ -27,7 +27,7 @@ from typing import Any
 
 from ..checkpoint import checkpoint_sha256, resolve_speech_tokenizer
 from ..errors import EdgeError, EdgeExportError
-from ..files import file_sha256, write_json_atomically
+from ..files import file_matches, file_sha256, write_json_atomically
 from ..plan import (
     DEFAULT_DEVICE_DIR,
     ExecPlan,
@@ -292,12 +292,7 @@ def _write_and_load(plan: ExecPlan, request: BuildRequest) -> ExecPlan:
 
 
 def _intact(path: Path, record: dict[str, Any] | None) -> bool:
-    return (
-        record is not None
-        and path.is_file()
-        and path.stat().st_size == record.get("size_bytes")
-        and file_sha256(path) == record.get("sha256")
-    )
+    return record is not None and file_matches(path, record.get("size_bytes"), record.get("sha256"))
 
 
 def _read_state(path: Path) -> dict[str, Any]:
