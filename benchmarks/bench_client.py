@@ -137,14 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     codes = random_codes(frames, plan.num_quantizers, plan.codebook_size, seed=2024)[0].T.numpy().copy()
     codes_path = args.out / "client_codes.npy"
     np.save(codes_path, codes)
-    start = StreamStart(
-        num_quantizers=plan.num_quantizers,
-        codebook_size=plan.codebook_size,
-        frame_rate=plan.sample_rate / plan.samples_per_frame,
-        sample_rate=plan.sample_rate,
-        hardware_class=plan.hardware_class,
-        plan_id=plan.plan_id,
-    )
+    start = StreamStart.for_plan(plan)
     size = args.frames_per_message
     batches = [(codes[i : i + size], {"end_of_stream": i + size >= frames}) for i in range(0, frames, size)]
     stream_path = args.out / "client_stream.qcs"

@@ -31,21 +31,9 @@ from vllm_omni.edge.codec_stream import (
 from vllm_omni.edge.plan import ExecPlan
 
 
-def stream_start(plan: ExecPlan, **overrides) -> StreamStart:
-    fields = {
-        "num_quantizers": plan.num_quantizers,
-        "codebook_size": plan.codebook_size,
-        "frame_rate": plan.sample_rate / plan.samples_per_frame,
-        "sample_rate": plan.sample_rate,
-        "hardware_class": plan.hardware_class,
-        "plan_id": plan.plan_id,
-    }
-    return StreamStart(**(fields | overrides))
-
-
 def messages(plan: ExecPlan, segments: list[np.ndarray], per_message: int = 3, **start) -> list[tuple[bytes, bytes]]:
     """One stream: each segment after the first starts with reset; each ends with segment end (the last: end)."""
-    encoder = CodecStreamEncoder(stream_start(plan, **start))
+    encoder = CodecStreamEncoder(StreamStart.for_plan(plan, **start))
     out = [(KIND_JSON, encoder.start())]
     for index, frames in enumerate(segments):
         pieces = [frames[i : i + per_message] for i in range(0, len(frames), per_message)]
@@ -117,7 +105,7 @@ def test_a_reset_gives_exactly_the_audio_of_two_independent_streams(cpu, frames,
 
 def test_a_reset_without_segment_end_drops_the_undecoded_frames(cpu, frames):
     """Barge-in: frames of the old utterance not yet decoded are dropped, never played after the reset."""
-    encoder = CodecStreamEncoder(stream_start(cpu))
+    encoder = CodecStreamEncoder(StreamStart.for_plan(cpu))
     items = [(KIND_JSON, encoder.start()), (KIND_BINARY, encoder.frames(frames[:6]))]  # B=4 decodes 2, then 4 more
     items += [(KIND_BINARY, encoder.frames(frames[6:9], reset=True, end_of_stream=True)), (KIND_JSON, encoder.done())]
     audio, _ = decode(cpu, recording(items))

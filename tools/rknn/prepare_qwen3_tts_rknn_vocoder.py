@@ -44,9 +44,9 @@ from vllm_omni.edge.backends.rknn import (  # noqa: E402
     require_toolkit,
     toolkit_version,
 )
+from vllm_omni.edge.plan import DEFAULT_DEVICE_DIR  # noqa: E402
 
 SIMULATOR_BAR_DB = 40.0
-DEFAULT_DEVICE_DIR = "/data/qwen3-tts"
 
 
 class UsageError(Exception):
@@ -227,10 +227,10 @@ def compile_and_check(args: argparse.Namespace, graphs: dict[str, Path], decoder
     if not check["passed"]:
         print(f"error: {check['verdict']} (report: {report_path})", file=sys.stderr)
         return 4
-    plan_path = write_plan(args, graphs, contracts, engines, check)
+    plan, plan_path = write_plan(args, graphs, contracts, engines, check)
     print(f"simulator check: {check['verdict']}")
     print(f"report: {report_path}\nexec plan: {plan_path}")
-    print_deploy(args, plan_path)
+    print_deploy(args, plan, plan_path)
     return 0
 
 
@@ -329,7 +329,7 @@ def _is_float(token: str) -> bool:
     return True
 
 
-def write_plan(args, graphs, contracts, engines, check) -> Path:
+def write_plan(args, graphs, contracts, engines, check):
     from vllm_omni.edge.plan import StepArtifact, stateful_plan
 
     model = {"id": str(args.model_dir or args.onnx), "checkpoint_sha256": None}
@@ -374,13 +374,12 @@ def write_plan(args, graphs, contracts, engines, check) -> Path:
             "simulator_check": {key: check[key] for key in ("frames", "steps", "per_step_snr_db", "verdict")},
         },
     )
-    return plan.write(directory)
+    return plan, plan.write(directory)
 
 
-def print_deploy(args, plan_path: Path) -> None:
-    from vllm_omni.edge.plan import ExecPlan, session_option
+def print_deploy(args, plan, plan_path: Path) -> None:
+    from vllm_omni.edge.plan import session_option
 
-    plan = ExecPlan.load(plan_path)
     files = " ".join(str(plan.path(role)) for role in plan.artifacts)
     print("deploy (adb; or scp to the board):")
     print(f"  adb shell mkdir -p {args.device_dir} && adb push {files} {plan_path} {args.device_dir}/")

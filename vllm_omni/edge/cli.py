@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from .errors import EdgeError
+from .plan import DEFAULT_DEVICE_DIR
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -37,7 +38,7 @@ def _build_parser() -> argparse.ArgumentParser:
     build.add_argument("--partitioner", help="windowed classes: ExecuTorch partitioner (xnnpack, qnn, coreml, none)")
     build.add_argument("--step-frames", type=int, help="stateful classes: frames per main step (B)")
     build.add_argument("--first-step-frames", type=int, help="stateful classes: frames of the first step (0: none)")
-    build.add_argument("--device-dir", default="/data/qwen3-tts", help="where the plan directory sits on the device")
+    build.add_argument("--device-dir", default=DEFAULT_DEVICE_DIR, help="where the plan directory sits on the device")
     build.add_argument("--no-check", action="store_true", help="skip running each artifact against the reference")
 
     plan = commands.add_parser("plan", help="check or summarise an execution plan")
@@ -119,10 +120,12 @@ def _hardware(args: argparse.Namespace) -> int:
 
     if args.hardware_command == "list":
         for record in hardware_classes().values():
-            targets = f" targets: {', '.join(record.targets)}" if record.targets else ""
             print(f"{record.name:<14} {record.graph_kind:<9} {record.backend:<12} {record.dtype}  {record.description}")
-            if targets:
-                print(f"{'':<14}{targets}")
+            if record.targets:
+                print(f"{'':<14} targets: {', '.join(record.targets)}")
+            if record.variants:
+                variants = ", ".join(f"{name} ({needs})" for name, needs in record.variants.items())
+                print(f"{'':<14} partitioners: {variants}")
         return 0
     found = detect()
     print(f"{found.hardware_class}" + (f" (target {found.target})" if found.target else "") + f": {found.reason}")

@@ -147,10 +147,6 @@ class PlaybackClock:
         else:
             self._queued += seconds
 
-    def finish(self, now: float) -> None:
-        """End of stream: whatever is buffered plays out (not an underrun)."""
-        self._playing_since, self._buffered = None, 0.0
-
 
 # -- the client ------------------------------------------------------------------------------------
 
@@ -221,8 +217,11 @@ class EdgeClient:
                 f"the stream was made for plan {start.plan_id[:12]}, this client holds plan {plan.plan_id[:12]} "
                 f"({plan.hardware_class}); fetch the server's plan (--plan URL)"
             )
-        wanted = {"num_quantizers": plan.num_quantizers, "codebook_size": plan.codebook_size}
-        wanted["sample_rate"] = plan.sample_rate
+        wanted = {
+            "num_quantizers": plan.num_quantizers,
+            "codebook_size": plan.codebook_size,
+            "sample_rate": plan.sample_rate,
+        }
         wrong = {key: (getattr(start, key), value) for key, value in wanted.items() if getattr(start, key) != value}
         if wrong:
             details = ", ".join(f"{key}: stream {have}, plan {want}" for key, (have, want) in wrong.items())
@@ -299,7 +298,6 @@ class EdgeClient:
             stop.set()
             with contextlib.suppress(EdgeError):
                 decode(self.decoder.flush)  # frames that arrived are real: their audio is kept
-            self.clock.finish(time.perf_counter())
         report.underruns = self.clock.underruns
         if report.audio_seconds:
             report.real_time_factor = report.decode_seconds / report.audio_seconds

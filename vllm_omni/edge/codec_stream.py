@@ -168,9 +168,18 @@ class StreamStart:
         codes = frame_count * self.num_quantizers
         return 2 * codes if self.packing == "int16" else (11 * codes + 7) // 8
 
-    @property
-    def max_message_bytes(self) -> int:
-        return HEADER.size + self.payload_bytes(self.max_frames_per_message)
+    @classmethod
+    def for_plan(cls, plan: Any, **fields: Any) -> StreamStart:
+        """The start message of a stream decoded with ``plan`` (an :class:`~.plan.ExecPlan`): its geometry and id."""
+        geometry = {
+            "num_quantizers": plan.num_quantizers,
+            "codebook_size": plan.codebook_size,
+            "frame_rate": plan.sample_rate / plan.samples_per_frame,
+            "sample_rate": plan.sample_rate,
+            "hardware_class": plan.hardware_class,
+            "plan_id": plan.plan_id,
+        }
+        return cls(**(geometry | fields))
 
 
 @dataclass(frozen=True)
@@ -487,15 +496,7 @@ def _command_line(argv: list[str] | None = None) -> int:
 
             plan = ExecPlan.load(args.plan, check_sha256=False)
             codes = np.load(args.codes)
-            start = StreamStart(
-                num_quantizers=plan.num_quantizers,
-                codebook_size=plan.codebook_size,
-                frame_rate=plan.sample_rate / plan.samples_per_frame,
-                sample_rate=plan.sample_rate,
-                packing=args.packing,
-                hardware_class=plan.hardware_class,
-                plan_id=plan.plan_id,
-            )
+            start = StreamStart.for_plan(plan, packing=args.packing)
             size = args.frames_per_message
             batches = [(codes[i : i + size], {}) for i in range(0, len(codes), size)]
             if batches:

@@ -26,7 +26,7 @@ import torch
 from .audio import snr_db, write_wav
 from .decoder_export import load_code2wav_decoder
 from .errors import EdgeError
-from .hardware import hardware_classes
+from .hardware import UnknownHardwareClassError, get_hardware_class, hardware_classes
 from .hardware.builders import BuildRequest, build
 from .runtime.plan_decoder import open_decoder
 from .testing.codes import random_codes
@@ -64,13 +64,14 @@ def main(argv: list[str] | None = None) -> int:
         reference = decoder(codes)[0, 0].numpy()
     stream = codes[0].T.numpy().copy()
 
-    classes = args.hardware or list(hardware_classes())
+    try:  # every name first: a typo must not surface after minutes of building the others
+        records = [get_hardware_class(name) for name in args.hardware or hardware_classes()]
+    except UnknownHardwareClassError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     rows, failed = [], []
-    for name in classes:
-        record = hardware_classes().get(name)
-        if record is None:
-            print(f"error: unknown hardware class {name!r}; known: {', '.join(hardware_classes())}", file=sys.stderr)
-            return 2
+    for record in records:
+        name = record.name
         _say(f"building {name}: {record.description}")
         started = time.perf_counter()
         try:
