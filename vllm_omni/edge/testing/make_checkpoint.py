@@ -62,6 +62,7 @@ def write_checkpoint(
     geometry: str | Qwen3TTSTokenizerV2DecoderConfig = "small",
     seed: int = 0,
     decoder_state: dict[str, torch.Tensor] | None = None,
+    talker: str | None = None,
 ) -> Path:
     """Write a checkpoint directory at ``out`` and return it.
 
@@ -92,6 +93,11 @@ def write_checkpoint(
     tokenizer_config["note"] = RANDOM_WEIGHTS_NOTE
     tokenizer_config["random_weights"] = {"geometry": geometry if isinstance(geometry, str) else "custom", "seed": seed}
     write_atomically(tokenizer_dir / CONFIG_FILE, lambda path: path.write_text(json.dumps(tokenizer_config, indent=2)))
+    if talker is not None:
+        from .talker_checkpoint import write_talker_files  # needs the `tokenizers` library
+
+        write_talker_files(out, talker, seed)
+        return out
     talker_config = {
         "architectures": ["Qwen3TTSForConditionalGeneration"],
         "model_type": "qwen3_tts",
@@ -121,9 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--geometry", choices=sorted(GEOMETRIES), default="small")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, type=Path, help="checkpoint directory to write")
+    parser.add_argument(
+        "--talker",
+        choices=["tiny", "0.6b"],
+        default=None,
+        help="also write a random-weight talker (config, weights, BPE tokenizer) of this geometry",
+    )
     args = parser.parse_args(argv)
-    path = write_checkpoint(args.out, args.geometry, args.seed)
-    print(f"wrote a {args.geometry}-geometry checkpoint with random weights (seed {args.seed}) to {path}")
+    path = write_checkpoint(args.out, args.geometry, args.seed, talker=args.talker)
+    talker = f" and a {args.talker} talker" if args.talker else ""
+    print(f"wrote a {args.geometry}-geometry checkpoint{talker} with random weights (seed {args.seed}) to {path}")
     return 0
 
 

@@ -1,0 +1,271 @@
+"""Codec frames from text with vLLM's engine: the offline and streaming API of the Qwen3-TTS talker.
+
+    from vllm_omni.entrypoints.speech import CodecFrameGenerator, SpeechRequest
+    gen = CodecFrameGenerator("DIR_OR_ID", dtype="float32", enforce_eager=True)   # other engine args pass through
+    frames = gen.generate([SpeechRequest(text="Hello.", speaker="Ryan", language="English",
+                                         max_frames=50, greedy=True)])        # list of int64 [T, 16]
+
+``AsyncCodecFrameGenerator.stream(request)`` yields frames as the engine makes them. Sampling
+defaults come from the checkpoint's ``generation_config.json`` as in the official package; ``greedy``
+turns sampling off for codebook 0 and the residual codebooks alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import Qwen3TTSConfig
+from vllm_omni.model_executor.models.qwen3_tts.engine_ids import decode_residuals
+from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import PromptBuilder, SpeechRequestError
+from vllm_omni.model_executor.models.qwen3_tts.talker_requests import LOGITS_PROCESSOR, TalkerRequestSpec
+
+__all__ = ["AsyncCodecFrameGenerator", "CodecFrameGenerator", "SpeechRequest", "SpeechRequestError"]
+
+HARD_DEFAULTS = {  # the official wrapper's fallbacks when generation_config.json lacks a field
+    "do_sample": True,
+    "top_k": 50,
+    "top_p": 1.0,
+    "temperature": 0.9,
+    "repetition_penalty": 1.05,
+    "subtalker_dosample": True,
+    "subtalker_top_k": 50,
+    "subtalker_top_p": 1.0,
+    "subtalker_temperature": 0.9,
+    "max_new_tokens": 2048,
+}
+MIN_NEW_TOKENS = 2  # the official generate bars EOS for the first two codebook-0 tokens
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    """One utterance. ``None`` fields take the checkpoint's generation defaults."""
+
+    text: str
+    speaker: str | None = None
+    language: str | None = None  # a language name or "Auto"
+    instruct: str | None = None
+    non_streaming_mode: bool = True  # False: the text is fed as trailing text, one token per frame
+    max_frames: int | None = None
+    greedy: bool | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    subtalker_temperature: float | None = None
+    subtalker_top_k: int | None = None
+    subtalker_top_p: float | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """A :class:`SpeechRequest` as vLLM inputs."""
+
+    prompt_ids: list[int]
+    sampling_params: Any
+
+
+def load_generation_defaults(model_dir: Path | None) -> dict[str, Any]:
+    defaults = dict(HARD_DEFAULTS)
+    path = model_dir / "generation_config.json" if model_dir else None
+    if path is not None and path.is_file():
+        defaults.update({k: v for k, v in json.loads(path.read_text()).items() if k in HARD_DEFAULTS})
+    return defaults
+
+
+class FrameAssembler:
+    """Turns one request's sampled ids and their top logprobs into complete frames, incrementally.
+
+    Output token ``j`` is codebook 0 of frame ``j``; the residual codes of frame ``j`` arrive in the
+    top logprobs of token ``j + 1`` (``engine_ids``). EOS ends the stream and is not a frame.
+    """
+
+    def __init__(self, codec_vocab: int, codebook_size: int, groups: int, eos_token_id: int) -> None:
+        self.codec_vocab, self.codebook_size, self.groups, self.eos = (
+            codec_vocab,
+            codebook_size,
+            groups - 1,
+            eos_token_id,
+        )
+        self.pending: int | None = None  # codebook 0 of the frame awaiting its residuals
+        self.ended = False
+
+    def feed(self, token_ids: Sequence[int], logprobs: Sequence[dict[int, Any]] | None) -> list[list[int]]:
+        if logprobs is None or len(logprobs) != len(token_ids):
+            raise RuntimeError("the engine returned no logprobs for the talker's tokens: request logprobs >= 15")
+        frames = []
+        for token, top in zip(token_ids, logprobs, strict=True):
+            if self.ended:
+                break
+            residuals = decode_residuals(top.keys(), self.codec_vocab, self.codebook_size, self.groups)
+            if self.pending is not None:
+                if residuals is None:
+                    raise RuntimeError("the talker did not send the residual codes of a frame")
+                frames.append([self.pending, *residuals])
+            self.pending = None if token == self.eos else token
+            self.ended = token == self.eos
+        return frames
+
+
+class _SpeechFrontend:
+    """What both generators share: the checkpoint's config, tokenizer, defaults and request building."""
+
+    groups_logprobs = 15
+
+    def _setup(self, model: str, engine_config: Any, max_model_len: int) -> None:
+        from transformers import AutoTokenizer
+
+        self.config: Qwen3TTSConfig = engine_config.hf_config
+        talker = self.config.talker_config
+        local = Path(model)
+        self.defaults = load_generation_defaults(local if local.is_dir() else _hub_snapshot(model))
+        tokenizer = AutoTokenizer.from_pretrained(model)
+        self.max_model_len = max_model_len
+        self.prompts = PromptBuilder(self.config, tokenizer, max_prompt_positions=max_model_len - 2)
+        self.frame_args = (talker.vocab_size, talker.codebook_size, talker.num_code_groups, talker.codec_eos_token_id)
+
+    def build_request(self, request: SpeechRequest, request_key: str | None = None) -> EngineRequest:
+        from vllm import SamplingParams
+
+        prompt = self.prompts.build(
+            request.text, request.speaker, request.language, request.instruct, request.non_streaming_mode
+        )
+        d = self.defaults
+        max_frames = request.max_frames if request.max_frames is not None else d["max_new_tokens"] - 1
+        if not isinstance(max_frames, int) or max_frames < 1:
+            raise SpeechRequestError(f"max_frames must be a positive integer, got {max_frames!r}")
+        room = self.max_model_len - len(prompt.prompt_ids) - 1
+        if max_frames > room:
+            raise SpeechRequestError(
+                f"max_frames {max_frames} does not fit: the prompt takes {len(prompt.prompt_ids)} of the engine's "
+                f"max_model_len {self.max_model_len} positions, leaving room for {room} frames"
+            )
+        greedy = (not d["do_sample"]) if request.greedy is None else request.greedy
+        sub_greedy = (not d["subtalker_dosample"]) if request.greedy is None else request.greedy
+        pick = lambda value, name: d[name] if value is None else value  # noqa: E731
+        try:
+            spec = TalkerRequestSpec(
+                request_key=request_key or uuid.uuid4().hex,
+                trailing_text_ids=tuple(prompt.trailing_text_ids),
+                repetition_penalty=float(pick(request.repetition_penalty, "repetition_penalty")),
+                min_new_tokens=MIN_NEW_TOKENS,
+                subtalker_greedy=sub_greedy,
+                subtalker_temperature=float(pick(request.subtalker_temperature, "subtalker_temperature")),
+                subtalker_top_k=int(pick(request.subtalker_top_k, "subtalker_top_k")),
+                subtalker_top_p=float(pick(request.subtalker_top_p, "subtalker_top_p")),
+                seed=request.seed,
+            )
+            TalkerRequestSpec.from_extra_args(spec.to_extra_args())  # the same checks the engine runs
+            params = SamplingParams(
+                max_tokens=max_frames + 1,
+                temperature=0.0 if greedy else float(pick(request.temperature, "temperature")),
+                top_k=int(pick(request.top_k, "top_k")) if not greedy else -1,
+                top_p=float(pick(request.top_p, "top_p")) if not greedy else 1.0,
+                seed=request.seed,
+                stop_token_ids=[self.config.talker_config.codec_eos_token_id],
+                logprobs=self.groups_logprobs,
+                detokenize=False,
+                skip_special_tokens=False,
+                extra_args=spec.to_extra_args(),
+            )
+        except ValueError as error:
+            raise SpeechRequestError(str(error)) from None
+        return EngineRequest(prompt.prompt_ids, params)
+
+    def assembler(self) -> FrameAssembler:
+        return FrameAssembler(*self.frame_args)
+
+
+def engine_defaults(engine_args: dict[str, Any]) -> dict[str, Any]:
+    """Engine arguments the talker needs, under the caller's own (which ``check_engine`` verifies)."""
+    os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
+    defaults = {
+        "skip_tokenizer_init": True,
+        "enable_prefix_caching": False,
+        "logits_processors": [LOGITS_PROCESSOR],
+        "generation_config": "vllm",
+        "max_logprobs": 20,
+    }
+    return defaults | engine_args
+
+
+def _hub_snapshot(model: str) -> Path | None:
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(model, allow_patterns=["generation_config.json"]))
+    except Exception:  # no hub access: the hard defaults stand
+        return None
+
+
+class CodecFrameGenerator(_SpeechFrontend):
+    """Offline generation on ``vllm.LLM``: requests in, one ``int64[T, 16]`` array of frames per request."""
+
+    def __init__(self, model: str | os.PathLike[str], **engine_args: Any) -> None:
+        from vllm import LLM
+
+        model = os.fspath(model)
+        self.llm = LLM(model=model, **engine_defaults(engine_args))
+        model_config = self.llm.llm_engine.model_config
+        self._setup(model, model_config, model_config.max_model_len)
+
+    def generate(self, requests: Iterable[SpeechRequest], use_tqdm: bool = False) -> list[np.ndarray]:
+        from vllm.inputs import TokensPrompt
+
+        engine_requests = [self.build_request(r) for r in requests]
+        if not engine_requests:
+            return []
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=r.prompt_ids) for r in engine_requests],
+            sampling_params=[r.sampling_params for r in engine_requests],
+            use_tqdm=use_tqdm,
+        )
+        results = []
+        for output in outputs:
+            completion = output.outputs[0]
+            frames = self.assembler().feed(completion.token_ids, completion.logprobs)
+            results.append(np.asarray(frames, dtype=np.int64).reshape(-1, self.config.talker_config.num_code_groups))
+        return results
+
+
+class AsyncCodecFrameGenerator(_SpeechFrontend):
+    """Streaming generation on ``AsyncLLM``: ``async for frames in gen.stream(request)``, frames as they are made."""
+
+    def __init__(self, model: str | os.PathLike[str], **engine_args: Any) -> None:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        model = os.fspath(model)
+        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_defaults(engine_args)))
+        model_config = self.engine.model_config
+        self._setup(model, model_config, model_config.max_model_len)
+
+    async def stream(self, request: SpeechRequest, request_id: str | None = None) -> AsyncIterator[np.ndarray]:
+        """Yields ``int64[n, 16]`` arrays (n >= 1) of new frames, in order, until the utterance ends."""
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        request_id = request_id or uuid.uuid4().hex
+        engine_request = self.build_request(request, request_key=request_id)
+        params = engine_request.sampling_params
+        params.output_kind = RequestOutputKind.DELTA
+        assembler = self.assembler()
+        groups = self.config.talker_config.num_code_groups
+        async for output in self.engine.generate(
+            TokensPrompt(prompt_token_ids=engine_request.prompt_ids), params, request_id
+        ):
+            completion = output.outputs[0]
+            frames = assembler.feed(completion.token_ids, completion.logprobs)
+            if frames:
+                yield np.asarray(frames, dtype=np.int64).reshape(-1, groups)
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
