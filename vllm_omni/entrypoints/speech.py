@@ -235,6 +235,10 @@ class CodecFrameGenerator(_SpeechFrontend):
             results.append(np.asarray(frames, dtype=np.int64).reshape(-1, self.config.talker_config.num_code_groups))
         return results
 
+    def shutdown(self) -> None:
+        """Stop the engine's processes now (otherwise they stop when this object is collected)."""
+        self.llm.llm_engine.engine_core.shutdown()
+
 
 class AsyncCodecFrameGenerator(_SpeechFrontend):
     """Streaming generation on ``AsyncLLM``: ``async for frames in gen.stream(request)``, frames as they are made."""

@@ -72,7 +72,7 @@ class TalkerRequestSpec:
         return spec
 
 
-@dataclass
+@dataclass(eq=False)  # identity: states hold tensors and are looked up by object
 class TalkerRequestState:
     """One request's talker state; ``frames[j]`` is frame j (16 codes) once its residuals exist."""
 
@@ -130,12 +130,10 @@ class TalkerBatch:
         )
         if finished:
             self._states.pop(state.spec.request_key, None)
-        while len(self._states) > MAX_PARKED + len(self.rows):
-            key, parked = next(iter(self._states.items()))
-            if parked in self.rows.values():
-                self._states.move_to_end(key)
-                continue
-            del self._states[key]
+        if len(self._states) > MAX_PARKED + len(self.rows):  # requests aborted or long preempted
+            live = {id(s) for s in self.rows.values()}
+            for key in [k for k, s in self._states.items() if id(s) not in live][: len(self._states) - MAX_PARKED]:
+                del self._states[key]
 
     def move(self, a: int, b: int, swap: bool) -> None:
         first, second = self.rows.pop(a, None), self.rows.pop(b, None)

