@@ -107,9 +107,12 @@ def vllm_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
         start = time.perf_counter()
         return await asyncio.gather(*(one(*r, max_frames, start) for r in batch))
 
+    async def measure():  # one event loop: the engine's output task lives in it
+        await run(requests_for(1), 3)  # warm-up
+        return await run(requests_for(concurrency), frames)
+
     try:
-        asyncio.run(run(requests_for(1), 3))  # warm-up
-        results = asyncio.run(run(requests_for(concurrency), frames))
+        results = asyncio.run(measure())
     finally:
         gen.shutdown()
     seconds = max(end for _, end, _ in results)

@@ -50,11 +50,10 @@ def greedy(request: SpeechRequest, frames: int = FRAMES, **fields) -> SpeechRequ
     return SpeechRequest(**{**request.__dict__, "max_frames": frames, "greedy": True, **fields})
 
 
-@pytest.fixture(scope="module")
-def oracle_frames(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
+def run_official(checkpoint: Path, prompts: dict[str, SpeechRequest], frames: int, work: Path) -> dict[str, np.ndarray]:
+    """Greedy frames of the official qwen-tts talker (in .venv-oracle) for ``prompts``."""
     if not ORACLE_PYTHON.exists():
         pytest.fail(f"the oracle venv is missing ({ORACLE_PYTHON}); build it with `make setup-oracle`")
-    work = tmp_path_factory.mktemp("talker-oracle")
     requests = [
         {
             "text": r.text,
@@ -62,18 +61,23 @@ def oracle_frames(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFact
             "language": r.language,
             "instruct": r.instruct,
             "non_streaming_mode": r.non_streaming_mode,
-            "max_new_tokens": FRAMES + 1,  # N talker steps give N - 1 frames
+            "max_new_tokens": frames + 1,  # N talker steps give N - 1 frames
             "greedy": True,
         }
-        for r in PROMPTS.values()
+        for r in prompts.values()
     ]
     (work / "requests.json").write_text(json.dumps(requests))
-    command = [str(ORACLE_PYTHON), str(ORACLE_SCRIPT), "--checkpoint", str(talker_checkpoint)]
+    command = [str(ORACLE_PYTHON), str(ORACLE_SCRIPT), "--checkpoint", str(checkpoint)]
     command += ["--requests", str(work / "requests.json"), "--out", str(work / "oracle.json")]
     run = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((work / "oracle.json").read_text())["requests"]
-    return {name: np.asarray(r["codes"], dtype=np.int64) for name, r in zip(PROMPTS, results, strict=True)}
+    return {name: np.asarray(r["codes"], dtype=np.int64) for name, r in zip(prompts, results, strict=True)}
+
+
+@pytest.fixture(scope="module")
+def oracle_frames(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
+    return run_official(talker_checkpoint, PROMPTS, FRAMES, tmp_path_factory.mktemp("talker-oracle"))
 
 
 @pytest.fixture(scope="module")
@@ -180,3 +184,31 @@ def test_streaming_yields_the_offline_frames_and_survives_a_bad_request(talker_c
     np.testing.assert_array_equal(frames, alone["streaming_text"])
     assert chunks > 1, "frames must arrive as they are made, not at the end"
     np.testing.assert_array_equal(english[0], alone["english_speaker"])
+
+
+def test_voice_design_frames_equal_the_official_talker(tmp_path_factory: pytest.TempPathFactory):
+    from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+
+    work = tmp_path_factory.mktemp("voice-design")
+    checkpoint = write_checkpoint(work / "ckpt", "small", seed=1, talker="tiny", talker_type="voice_design")
+    prompts = {
+        "described": SpeechRequest(
+            text="Hello there, this is a test.", language="English", instruct="A calm, deep voice."
+        ),
+        "described_streaming": SpeechRequest(
+            text="今天天气很好。", language="Auto", instruct="活泼的年轻女声", non_streaming_mode=False
+        ),
+    }
+    official = run_official(checkpoint, prompts, 20, work)
+    gen = CodecFrameGenerator(checkpoint, max_model_len=512, kv_cache_memory_bytes=64 << 20, **ENGINE)
+    try:
+        ours = gen.generate([greedy(request, 20) for request in prompts.values()])
+        with pytest.raises(SpeechRequestError, match="no preset speakers"):
+            gen.generate([greedy(prompts["described"], 20, speaker="Ryan")])
+        with pytest.raises(SpeechRequestError, match="needs `instruct`"):
+            gen.generate([greedy(prompts["described"], 20, instruct=None)])
+    finally:
+        gen.shutdown()
+    for name, frames in zip(prompts, ours, strict=True):
+        assert official[name].shape == (20, 16)
+        np.testing.assert_array_equal(frames, official[name], err_msg=name)

@@ -63,6 +63,7 @@ def write_checkpoint(
     seed: int = 0,
     decoder_state: dict[str, torch.Tensor] | None = None,
     talker: str | None = None,
+    talker_type: str = "custom_voice",
 ) -> Path:
     """Write a checkpoint directory at ``out`` and return it.
 
@@ -96,7 +97,7 @@ def write_checkpoint(
     if talker is not None:
         from .talker_checkpoint import write_talker_files  # needs the `tokenizers` library
 
-        write_talker_files(out, talker, seed)
+        write_talker_files(out, talker, seed, talker_type)
         return out
     talker_config = {
         "architectures": ["Qwen3TTSForConditionalGeneration"],
@@ -133,8 +134,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="also write a random-weight talker (config, weights, BPE tokenizer) of this geometry",
     )
+    parser.add_argument(
+        "--talker-type",
+        choices=["custom_voice", "voice_design"],
+        default="custom_voice",
+        help="CustomVoice (preset speakers) or VoiceDesign (voice described by the instruction)",
+    )
     args = parser.parse_args(argv)
-    path = write_checkpoint(args.out, args.geometry, args.seed, talker=args.talker)
+    path = write_checkpoint(args.out, args.geometry, args.seed, talker=args.talker, talker_type=args.talker_type)
     talker = f" and a {args.talker} talker" if args.talker else ""
     print(f"wrote a {args.geometry}-geometry checkpoint{talker} with random weights (seed {args.seed}) to {path}")
     return 0

@@ -206,8 +206,14 @@ def build_text_tokenizer(vocab_size: int = 480) -> Any:
     return tokenizer
 
 
-def talker_config(geometry: TalkerGeometry, special_ids: dict[str, int], text_vocab_size: int) -> dict[str, Any]:
-    """The root ``config.json`` of a CustomVoice checkpoint of this geometry."""
+TALKER_MODEL_TYPES = ("custom_voice", "voice_design")
+
+
+def talker_config(
+    geometry: TalkerGeometry, special_ids: dict[str, int], text_vocab_size: int, model_type: str = "custom_voice"
+) -> dict[str, Any]:
+    """The root ``config.json`` of a CustomVoice (preset speakers) or VoiceDesign (none) checkpoint."""
+    speakers = dict(SPEAKER_IDS) if model_type == "custom_voice" else {}
     predictor = {
         "model_type": "qwen3_tts_talker_code_predictor",
         "vocab_size": CODEBOOK_SIZE,
@@ -250,8 +256,8 @@ def talker_config(geometry: TalkerGeometry, special_ids: dict[str, int], text_vo
         "text_vocab_size": text_vocab_size,
         **CODEC_IDS,
         "codec_language_id": dict(LANGUAGE_IDS),
-        "spk_id": dict(SPEAKER_IDS),
-        "spk_is_dialect": dict(SPEAKER_DIALECTS),
+        "spk_id": speakers,
+        "spk_is_dialect": {name: SPEAKER_DIALECTS[name] for name in speakers},
         "code_predictor_config": predictor,
     }
     return {
@@ -259,7 +265,7 @@ def talker_config(geometry: TalkerGeometry, special_ids: dict[str, int], text_vo
         "model_type": "qwen3_tts",
         "tokenizer_type": "qwen3_tts_tokenizer_12hz",
         "tts_model_size": geometry.tts_model_size,
-        "tts_model_type": "custom_voice",
+        "tts_model_type": model_type,
         **special_ids,
         "talker_config": talker,
         "note": RANDOM_WEIGHTS_NOTE,
@@ -339,8 +345,10 @@ def random_talker_state(shapes: dict[str, tuple[int, ...]], seed: int = 0) -> di
     return state
 
 
-def write_talker_files(out: Path, geometry: str = "tiny", seed: int = 0) -> Path:
+def write_talker_files(out: Path, geometry: str = "tiny", seed: int = 0, model_type: str = "custom_voice") -> Path:
     """Write config.json, generation_config.json, model.safetensors and the tokenizer files into ``out``."""
+    if model_type not in TALKER_MODEL_TYPES:
+        raise ValueError(f"unknown talker model type {model_type!r}; known: {', '.join(TALKER_MODEL_TYPES)}")
     from safetensors.torch import save_file
 
     spec = TALKER_GEOMETRIES[geometry]
@@ -349,8 +357,8 @@ def write_talker_files(out: Path, geometry: str = "tiny", seed: int = 0) -> Path
     special_ids = {field: tokenizer.token_to_id(token) for token, field in SPECIAL_TOKENS.items() if field}
     special_ids["assistant_token_id"] = tokenizer.token_to_id("assistant")
     text_vocab_size = spec.text_vocab_size or 64 * math.ceil(tokenizer.get_vocab_size() / 64)
-    config = talker_config(spec, special_ids, text_vocab_size)
-    config["random_weights"] = {"talker_geometry": geometry, "seed": seed}
+    config = talker_config(spec, special_ids, text_vocab_size, model_type)
+    config["random_weights"] = {"talker_geometry": geometry, "seed": seed, "model_type": model_type}
 
     state = random_talker_state(talker_shapes(config), seed=seed + 7)
     write_atomically(
