@@ -1,5 +1,7 @@
 # Entry points for a fresh machine. Every target sets up what it needs, incrementally.
 PY := .venv/bin/python
+# Test modules that run in the serving venv (marked `vllm`; the rest of the suite needs .venv's packages).
+VLLM_TESTS := tests/entrypoints tests/model_executor/models/qwen3_tts/test_talker.py
 
 .PHONY: setup setup-oracle setup-rknn setup-vllm demo test test-vllm lint bench bench-talker bench-rknn clean
 
@@ -25,11 +27,11 @@ demo: setup setup-rknn
 test: setup setup-oracle setup-rknn setup-vllm
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -m "not vllm"
-	.venv-vllm/bin/python -m pytest -q -m vllm
+	.venv-vllm/bin/python -m pytest -q -m vllm $(VLLM_TESTS)
 
 # Only the talker tests (vLLM engine + official oracle), in the serving venv.
 test-vllm: setup-oracle setup-vllm
-	.venv-vllm/bin/python -m pytest -q -m vllm
+	.venv-vllm/bin/python -m pytest -q -m vllm $(VLLM_TESTS)
 
 lint: setup
 	$(PY) -m ruff check .

@@ -61,6 +61,13 @@ def check_engine(vllm_config) -> None:
         problems.append(
             f"logprobs_mode must be 'raw_logprobs' (the residual-code channel), got {model_config.logprobs_mode!r}"
         )
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu() and not model_config.enforce_eager:
+        problems.append(
+            "CUDA graphs would replay the talker's forward without its per-request steps (code predictor, frame "
+            "state): pass enforce_eager=True (--enforce-eager)"
+        )
     if vllm_config.speculative_config is not None:
         problems.append("speculative decoding is not supported by the talker")
     if vllm_config.parallel_config.tensor_parallel_size != 1 or vllm_config.parallel_config.pipeline_parallel_size != 1:
