@@ -16,15 +16,18 @@ setup-rknn:
 # Main job on the embedded default: a random-weight checkpoint in the released layout -> the plan of
 # every hardware class (rockchip_npu compiles in the converter venv), each decoding a stream.
 demo: setup setup-rknn
-	$(PY) -m vllm_omni.edge.demo --out out/demo
+	$(PY) -m vllm_omni.edge.testing.demo --out out/demo
 
 test: setup setup-oracle setup-rknn
 	$(PY) -m ruff check .
+	.venv/bin/lint-imports
 	$(PY) -m pytest -q
 
+# ruff, then the layer contracts of pyproject.toml [tool.importlinter] (docs/architecture.md).
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	.venv/bin/lint-imports
 
 bench: setup
 	$(PY) benchmarks/bench_full_decode.py --out out/bench

@@ -1,10 +1,11 @@
 """``.pte`` files: the exported window lowered to ExecuTorch, with a delegate partitioner.
 
-``xnnpack`` (CPU, every phone) ships with the ``executorch`` package. ``qnn`` (Qualcomm NPUs)
-and ``coreml`` (Apple Neural Engine) need their vendors' SDKs; when those are missing this says
-so and stops: it never falls back to another partitioner. The window's metadata is baked in as
-constant methods (``sample_rate()``, ``samples_per_frame()``, ``chunk_frames()``, ...), so a
-``.pte`` describes itself without the manifest.
+``xnnpack`` (CPU, every phone) ships with the ``executorch`` package. ``coreml`` (Apple Neural
+Engine) needs coremltools with Apple's CoreML framework (macOS); where that is missing this says
+so and stops: it never falls back to another partitioner. Qualcomm's QNN is not offered: it needs
+a compile spec per SoC, which this tool does not have yet, so it is not listed as a partitioner.
+The window's metadata is baked in as constant methods (``sample_rate()``, ``samples_per_frame()``,
+``chunk_frames()``, ...), so a ``.pte`` describes itself without the manifest.
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..files import write_atomically
-from .programs import BackendUnavailableError
+import numpy as np
 
-PARTITIONERS = ("xnnpack", "qnn", "coreml", "none")
+from ..files import write_atomically
+from ..graphs.window_contract import WindowContract
+from .registry import BackendUnavailableError
+from .window_programs import WindowProgramBackend, check_program_metadata
+
+PARTITIONERS = ("xnnpack", "coreml", "none")
 
 
 def _require_executorch() -> None:
@@ -29,21 +34,6 @@ def _require_executorch() -> None:
             f"--backend executorch needs the executorch package ({exc}); pip install executorch==1.5.1 "
             "(or `make setup`, whose .venv has it)"
         ) from exc
-
-
-def _qnn_partitioner() -> Any:
-    sdk = os.environ.get("QNN_SDK_ROOT")
-    libraries = Path(sdk, "lib", "x86_64-linux-clang") if sdk else None
-    if libraries is None or not (libraries / "libQnnHtp.so").is_file():
-        found = f"QNN_SDK_ROOT={sdk} has no lib/x86_64-linux-clang/libQnnHtp.so" if sdk else "QNN_SDK_ROOT is not set"
-        raise BackendUnavailableError(
-            f"--partitioner qnn needs the Qualcomm AI Engine Direct (QNN) SDK; not found here ({found}). "
-            "Install the SDK and set QNN_SDK_ROOT, or use --partitioner xnnpack"
-        )
-    raise BackendUnavailableError(
-        f"--partitioner qnn: the QNN SDK is at {sdk}, but this tool has no QNN compile spec per target SoC yet; "
-        "use --partitioner xnnpack"
-    )
 
 
 def _coreml_partitioner() -> Any:
@@ -67,13 +57,12 @@ def _xnnpack_partitioner() -> Any:
 
 _PARTITIONER_FACTORIES = {
     "xnnpack": _xnnpack_partitioner,
-    "qnn": _qnn_partitioner,
     "coreml": _coreml_partitioner,
     "none": lambda: None,
 }
 
 
-class ExecuTorchBackend:
+class ExecuTorchProgramWriter:
     name = "executorch"
     suffix = ".pte"
 
@@ -116,3 +105,24 @@ def load_pte(path: str | os.PathLike[str]) -> tuple[Any, dict[str, int]]:
         if name != "forward"
     }
     return program.load_method("forward"), metadata
+
+
+class ExecuTorchWindowRunner:
+    """A ``.pte`` window in the ExecuTorch runtime. Inputs and outputs cross as torch tensors (its API)."""
+
+    def __init__(self, path: str | os.PathLike[str], contract: WindowContract):
+        import torch
+
+        self._torch = torch
+        self.window = contract.window
+        self.path = Path(path)
+        self._method, metadata = load_pte(self.path)
+        check_program_metadata(contract, metadata, self.path)
+
+    def run(self, codes: np.ndarray) -> np.ndarray:
+        (audio,) = self._method.execute([self._torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64))])
+        return audio.numpy().ravel()
+
+
+# Windowed programs as ExecuTorch ``.pte`` files, lowered with a delegate partitioner.
+BACKEND = WindowProgramBackend("executorch", "xnnpack", ExecuTorchProgramWriter, ExecuTorchWindowRunner)

@@ -1,9 +1,9 @@
 """Drive windowed programs over a stream: keep the rolling window of codes, pick programs per the ramp.
 
 The counterpart of :class:`~.stateful_decoder.StatefulDecoder` for stateless windowed programs
-(see :mod:`..window_schedule`), with the same ``feed`` / ``flush`` / ``reset`` interface. A
-:class:`WindowRunner` is anything with a ``window`` and ``run(codes) -> audio``: an ExecuTorch
-``.pte`` or a ``.pt2`` here (:mod:`.window_programs`), eager torch in tests.
+(see :mod:`..graphs.window_contract`), with the same ``feed`` / ``flush`` / ``reset`` interface. A
+:class:`~..backends.registry.WindowRunner` is anything with a ``window`` and ``run(codes) -> audio``:
+an ExecuTorch ``.pte`` or a ``.pt2`` (opened by their backends), eager torch in tests.
 
 ``flush()`` decodes a last, short chunk by padding it with code 0 at the *end* of the window; the
 decoder is causal, so the padding cannot change the real frames' audio, and its own audio is cut.
@@ -12,21 +12,14 @@ decoder is causal, so the padding cannot change the real frames' audio, and its 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
 import numpy as np
 
+from ..backends.registry import WindowRunner
 from ..errors import EdgeError
-from ..window_schedule import Window, window_at, window_schedule
+from ..geometry import CodecGeometry
+from ..graphs.window_contract import Window, window_at, window_schedule
 from .frames import check_frames
-
-
-class WindowRunner(Protocol):
-    window: Window
-
-    def run(self, codes: np.ndarray) -> np.ndarray:
-        """``int64[1, Q, window_frames]`` -> ``float32[chunk_frames * samples_per_frame]``."""
-        ...
 
 
 class WindowedDecoder:
@@ -42,10 +35,7 @@ class WindowedDecoder:
         runners: Mapping[Window, WindowRunner],
         ramp: Sequence[int],
         context_frames: int,
-        num_quantizers: int,
-        codebook_size: int,
-        samples_per_frame: int,
-        sample_rate: int,
+        codec: CodecGeometry,
     ):
         self.schedule = window_schedule(ramp, context_frames)
         missing = [w.name for w in self.schedule if w not in runners]
@@ -53,8 +43,9 @@ class WindowedDecoder:
             raise EdgeError(f"the ramp {list(ramp)} with context {context_frames} needs programs {missing}; none given")
         self.runners = dict(runners)
         self.context_frames = context_frames
-        self.num_quantizers, self.codebook_size = num_quantizers, codebook_size
-        self.hop, self.sample_rate = samples_per_frame, sample_rate
+        self.codec = codec
+        self.num_quantizers, self.codebook_size = codec.num_quantizers, codec.codebook_size
+        self.hop, self.sample_rate = codec.samples_per_frame, codec.sample_rate
         self.reset()
 
     def reset(self) -> None:

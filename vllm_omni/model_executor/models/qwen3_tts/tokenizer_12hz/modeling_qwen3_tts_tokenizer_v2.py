@@ -6,7 +6,7 @@ names (less the ``decoder.`` prefix), so ``speech_tokenizer/model.safetensors`` 
 Written for export: attention uses an explicit banded causal mask built from ``arange`` (no
 transformers mask utilities, no cache objects), every loop runs over modules (never over data),
 and the only data-dependent checks sit in :meth:`Qwen3TTSTokenizerV2Decoder.forward`, outside the
-traced :meth:`~Qwen3TTSTokenizerV2Decoder._forward_exact`. ``torch.export``, ExecuTorch lowering and
+traced :meth:`~Qwen3TTSTokenizerV2Decoder.decode_unchecked`. ``torch.export``, ExecuTorch lowering and
 the legacy ONNX exporter all take it.
 
 Pipeline (shapes for one sequence of ``T`` frames, released sizes in brackets):
@@ -441,7 +441,7 @@ class Qwen3TTSTokenizerV2Decoder(nn.Module):
             if isinstance(module, SnakeBeta):
                 module.precompute()
 
-    def _forward_exact(self, codes: torch.Tensor) -> torch.Tensor:
+    def decode_unchecked(self, codes: torch.Tensor) -> torch.Tensor:
         """The stateless full decode of ``int64[B, Q, T]`` -> ``float[B, 1, T * total_upsample]``.
 
         No input checks (they would read the data): this is the function export wrappers trace.
@@ -456,10 +456,10 @@ class Qwen3TTSTokenizerV2Decoder(nn.Module):
         return hidden.clamp(min=-1.0, max=1.0)
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        """Checked full decode; see :meth:`_forward_exact`. Value checks are skipped while tracing."""
+        """Checked full decode; see :meth:`decode_unchecked`. Value checks are skipped while tracing."""
         tracing = torch.jit.is_tracing() or torch.compiler.is_compiling()
         self.check_codes(codes, check_values=not tracing)
-        return self._forward_exact(codes)
+        return self.decode_unchecked(codes)
 
     @torch.no_grad()
     def chunked_decode(self, codes: torch.Tensor, chunk_size: int = 300, left_context_size: int = 25) -> torch.Tensor:
@@ -479,7 +479,7 @@ class Qwen3TTSTokenizerV2Decoder(nn.Module):
         for start in range(0, frames, chunk_size):
             end = min(start + chunk_size, frames)
             context = min(left_context_size, start)
-            audio = self._forward_exact(codes[..., start - context : end])
+            audio = self.decode_unchecked(codes[..., start - context : end])
             pieces.append(audio[..., context * self.total_upsample :])
         return torch.cat(pieces, dim=-1)
 

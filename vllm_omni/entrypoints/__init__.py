@@ -1,0 +1,1 @@
+"""The vLLM integration (serving): the top layer, allowed to import everything below."""
