@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from vllm_omni.edge.checkpoint import load_code2wav_decoder
+from vllm_omni.edge.checkpoint import load_code2wav_decoder, read_decoder_tensors, resolve_speech_tokenizer
 from vllm_omni.edge.errors import CheckpointError, CheckpointNotFoundError
 from vllm_omni.edge.testing.codes import random_codes
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import DecoderConfigError
@@ -44,10 +44,13 @@ def test_speech_tokenizer_dir_itself_is_accepted(small_checkpoint):
         assert torch.equal(by_root(codes), by_subdir(codes))
 
 
-def test_encoder_tensors_are_ignored(small_checkpoint):
-    names = load_file(small_checkpoint / "speech_tokenizer" / "model.safetensors").keys()
-    assert any(n.startswith("encoder.") for n in names)
-    load_code2wav_decoder(small_checkpoint)
+def test_encoder_tensors_are_ignored_and_every_decoder_tensor_is_loaded(small_checkpoint):
+    stored = load_file(small_checkpoint / "speech_tokenizer" / "model.safetensors")
+    tensors, ignored = read_decoder_tensors(resolve_speech_tokenizer(small_checkpoint))
+    assert sorted(ignored) == sorted(n for n in stored if n.startswith("encoder.")) and ignored
+    state = load_code2wav_decoder(small_checkpoint).state_dict()
+    assert set(state) == set(tensors) == {n.removeprefix("decoder.") for n in stored if n.startswith("decoder.")}
+    assert all(torch.equal(state[name], tensors[name]) for name in tensors)
 
 
 def test_missing_tensor_is_refused_by_name(checkpoint_copy):

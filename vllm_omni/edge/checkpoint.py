@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
+    DecoderWeightsError,
     Qwen3TTSTokenizerV2Config,
     Qwen3TTSTokenizerV2Decoder,
 )
@@ -142,45 +143,6 @@ def read_decoder_tensors(files: SpeechTokenizerFiles) -> tuple[dict[str, torch.T
     return tensors, ignored
 
 
-def load_decoder_weights(decoder: Qwen3TTSTokenizerV2Decoder, tensors: dict[str, torch.Tensor]) -> set[str]:
-    """Copy ``tensors`` (decoder-relative names) into ``decoder``; return the names loaded.
-
-    Every parameter must be present with its exact shape and no extra decoder tensor may exist:
-    anything else means the checkpoint and the config disagree, and a partial load would decode noise.
-    """
-    expected = decoder.state_dict()
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    misshapen = sorted(
-        f"{name}: expected {list(expected[name].shape)}, found {list(tensors[name].shape)}"
-        for name in set(expected) & set(tensors)
-        if tuple(expected[name].shape) != tuple(tensors[name].shape)
-    )
-    problems = []
-    if missing:
-        problems.append(f"missing {len(missing)} tensor(s): " + ", ".join(f"decoder.{n}" for n in missing[:20]))
-    if unexpected:
-        problems.append(
-            f"unexpected {len(unexpected)} tensor(s): " + ", ".join(f"decoder.{n}" for n in unexpected[:20])
-        )
-    if misshapen:
-        problems.append(
-            f"{len(misshapen)} tensor(s) with the wrong shape: decoder." + "; decoder.".join(misshapen[:20])
-        )
-    if problems:
-        raise CheckpointError(
-            "the checkpoint's decoder weights do not match speech_tokenizer/config.json: "
-            + " | ".join(problems)
-            + ". Use the config.json that came with these weights."
-        )
-    for name, tensor in tensors.items():
-        if not (tensor.dtype.is_floating_point and torch.isfinite(tensor).all()):
-            kind = "non-finite values" if tensor.dtype.is_floating_point else f"dtype {tensor.dtype}"
-            raise CheckpointError(f"decoder.{name} has {kind}; expected finite floating-point weights")
-    decoder.load_state_dict(tensors, strict=True)
-    return set(tensors)
-
-
 def load_code2wav_decoder(
     model: str | os.PathLike[str], dtype: torch.dtype = torch.float32
 ) -> Qwen3TTSTokenizerV2Decoder:
@@ -194,7 +156,10 @@ def load_code2wav_decoder(
     config = read_speech_tokenizer_config(files)
     tensors, ignored = read_decoder_tensors(files)
     decoder = Qwen3TTSTokenizerV2Decoder(config.decoder_config)
-    loaded = load_decoder_weights(decoder, tensors)
+    try:
+        loaded = decoder.load_weights(tensors.items())
+    except DecoderWeightsError as exc:
+        raise CheckpointError(str(exc)) from exc
     decoder = decoder.to(dtype).eval()
     decoder.requires_grad_(False)
     decoder.precompute_snake_caches()

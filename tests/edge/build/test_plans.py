@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from vllm_omni.edge.audio import snr_db
-from vllm_omni.edge.plan import ExecPlan
+from vllm_omni.edge.plan import ExecPlan, ExecPlanError
 from vllm_omni.edge.runtime import WindowedDecoder
 from vllm_omni.edge.runtime.open import open_decoder
 from vllm_omni.edge.testing.codes import random_codes
@@ -47,5 +47,5 @@ def test_a_swapped_program_fails_validation_naming_the_window(phone_plan, tmp_pa
     data_first, data_second = first.read_bytes(), second.read_bytes()
     first.write_bytes(data_second)
     second.write_bytes(data_first)
-    with pytest.raises(Exception, match=r"artifacts\.window_c0_n2\.(size_bytes|sha256)"):
+    with pytest.raises(ExecPlanError, match=r"artifacts\.window_c0_n2\.(size_bytes|sha256)"):
         ExecPlan.load(copy)

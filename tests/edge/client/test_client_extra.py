@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import venv
 from pathlib import Path
@@ -48,7 +49,11 @@ def test_the_client_extra_decodes_a_cpu_plan_in_a_venv_without_torch(cpu_plan, s
     venv.create(environment, with_pip=True)
     python = environment / "bin" / "python"
     pip(python, *CLIENT_PINS)
-    pip(python, "--no-deps", str(repo_root))
+    source = tmp_path / "source"  # pip builds in the source tree: keep build/ and *.egg-info out of the repo
+    shutil.copytree(repo_root / "vllm_omni", source / "vllm_omni", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(repo_root / name, source / name)
+    pip(python, "--no-deps", str(source))
 
     codes = random_codes(13, seed=5)
     frames_path, audio_path = tmp_path / "frames.npy", tmp_path / "audio.npy"

@@ -19,7 +19,7 @@ import torch
 from vllm_omni.edge.audio import float_to_pcm16, snr_db
 from vllm_omni.edge.cli.client import main as client_main
 from vllm_omni.edge.client import EdgeClient, fetch_plan
-from vllm_omni.edge.plan import ExecPlan
+from vllm_omni.edge.plan import ExecPlan, ExecPlanError
 from vllm_omni.edge.stream import KIND_BINARY, KIND_JSON, CodecStreamEncoder, StreamStart
 from vllm_omni.edge.testing.codes import random_codes
 from vllm_omni.edge.testing.streams import recording, segment_messages
@@ -161,7 +161,7 @@ def test_a_served_stream_and_plan_are_fetched_checked_and_decoded(cpu_plan, cpu,
     # A damaged artifact on the server is refused, and nothing that fails its sha256 is kept.
     shutil.rmtree(cache)
     (root / "plan" / "step_b4.onnx").write_bytes((root / "plan" / "step_b4.onnx").read_bytes()[::-1])
-    with pytest.raises(Exception, match="does not hash to the plan's sha256"):
+    with pytest.raises(ExecPlanError, match="does not hash to the plan's sha256"):
         fetch_plan(f"{url}/plan", cache)
     assert not (cache / cpu.plan_id / "step_b4.onnx").exists()
 

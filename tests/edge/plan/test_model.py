@@ -84,7 +84,7 @@ def test_a_missing_or_truncated_file_fails_naming_it(plan_copy):
     (plan_copy / "step_b2.onnx").unlink()
     assert "artifacts.first.file: step_b2.onnx is missing" in load_error(plan_copy)
     shutil.copyfile(plan_copy / "step_b4.onnx", plan_copy / "step_b2.onnx")
-    assert "artifacts.first.size_bytes" in load_error(plan_copy) or "artifacts.first.sha256" in load_error(plan_copy)
+    assert "artifacts.first.size_bytes: the plan says" in load_error(plan_copy)  # B=4 and B=2 graphs differ in size
 
 
 def test_an_unknown_schema_version_or_schema_is_refused(plan_copy):

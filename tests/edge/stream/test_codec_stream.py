@@ -8,6 +8,7 @@ import json
 import os
 import random
 import sys
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -196,13 +197,17 @@ SAMPLE = encode_recording(
 )
 
 
-def parse_all(data: bytes) -> None:
-    """Everything a client does with bytes; only typed protocol errors may come out."""
+def parse_all(data: bytes) -> str:
+    """Everything a client does with bytes: ``"complete"`` or the typed protocol error's name.
+
+    Anything else (an untyped exception, a hang) escapes and fails the test that called it.
+    """
     try:
         for _ in iter_events(io.BytesIO(data)):
             pass
-    except CodecStreamError:
-        pass
+    except CodecStreamError as exc:
+        return type(exc).__name__
+    return "complete"
 
 
 def mutate(data: bytes, rng: random.Random) -> bytes:
@@ -224,23 +229,32 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     return bytes(buffer)
 
 
-def run_fuzz(count: int, seed: int = 0) -> int:
-    """Parse ``count`` inputs: mutated recordings, random bytes, and bare messages after a valid start."""
+def run_fuzz(count: int, seed: int = 0) -> Counter:
+    """Parse ``count`` inputs (mutated recordings, random bytes, bare messages after a valid start);
+    count each outcome: ``complete``, ``event`` or the typed error's name."""
     rng = random.Random(seed)
+    outcomes: Counter = Counter()
     for index in range(count):
         if index % 3 == 0:
-            parse_all(RECORDING_MAGIC + rng.randbytes(rng.randint(0, 64)))
+            outcomes[parse_all(RECORDING_MAGIC + rng.randbytes(rng.randint(0, 64)))] += 1
         elif index % 3 == 1:
-            parse_all(mutate(SAMPLE, rng))
+            outcomes[parse_all(mutate(SAMPLE, rng))] += 1
         else:
-            parser = started()
-            with contextlib.suppress(CodecStreamError):
-                parser.parse(rng.choice([KIND_BINARY, KIND_JSON]), mutate(SAMPLE[40:80], rng))
-    return count
+            try:
+                started().parse(rng.choice([KIND_BINARY, KIND_JSON]), mutate(SAMPLE[40:80], rng))
+                outcomes["event"] += 1
+            except CodecStreamError as exc:
+                outcomes[type(exc).__name__] += 1
+    return outcomes
 
 
 def test_mutated_and_random_streams_give_only_typed_errors():
-    assert run_fuzz(int(os.environ.get("CODEC_STREAM_FUZZ_INPUTS", "3000")), seed=1) > 0
+    count = int(os.environ.get("CODEC_STREAM_FUZZ_INPUTS", "3000"))
+    outcomes = run_fuzz(count, seed=1)
+    assert sum(outcomes.values()) == count  # every input ended in an event, a complete stream or a typed error
+    typed = {name for name in outcomes if name.endswith("Error")}
+    assert {"TruncatedStreamError", "MalformedMessageError", "BadVersionError", "SequenceGapError"} <= typed
+    assert outcomes["complete"] + outcomes["event"] > 0  # some mutations still parse: not everything is refused
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -256,11 +270,12 @@ def test_any_message_after_a_valid_start_gives_an_event_or_a_typed_error(data, k
         started().parse(kind, data)
 
 
-if __name__ == "__main__":  # the long run: python -m tests.edge.test_codec_stream 100000
+if __name__ == "__main__":  # the long run: python -m tests.edge.stream.test_codec_stream 100000
     import time
 
     begin = time.perf_counter()
-    total = run_fuzz(
+    outcomes = run_fuzz(
         int(sys.argv[1]) if len(sys.argv) > 1 else 100_000, seed=int(sys.argv[2]) if len(sys.argv) > 2 else 0
     )
-    print(f"{total} inputs parsed without a crash or hang in {time.perf_counter() - begin:.1f} s")
+    print(f"{sum(outcomes.values())} inputs parsed without a crash or hang in {time.perf_counter() - begin:.1f} s")
+    print(dict(outcomes.most_common()))

@@ -10,9 +10,12 @@ The window's metadata is baked in as constant methods (``sample_rate()``, ``samp
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +27,31 @@ from .registry import BackendUnavailableError
 from .window_programs import WindowProgramBackend, check_program_metadata
 
 PARTITIONERS = ("xnnpack", "coreml", "none")
+# Importing executorch imports torchao, which logs "Failed to load ..." for each CUDA kernel library
+# a CPU host cannot load, and makes torch's pytree log a deprecation about torchao's own enums.
+# Neither is actionable; they are silenced around our imports of executorch, not globally.
+NOISY_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
+@contextlib.contextmanager
+def quiet_executorch_import() -> Iterator[None]:
+    """Import executorch (and torchao) inside this block with their import-time log noise held back."""
+    loggers = [logging.getLogger(name) for name in NOISY_IMPORT_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _require_executorch() -> None:
     try:
-        importlib.import_module("executorch.exir")
+        with quiet_executorch_import():
+            importlib.import_module("executorch.exir")
+            importlib.import_module("executorch.backends.xnnpack.partition.xnnpack_partitioner")
     except ImportError as exc:
         raise BackendUnavailableError(
             f"--backend executorch needs the executorch package ({exc}); pip install executorch==1.5.1 "
@@ -96,9 +119,10 @@ class ExecuTorchProgramWriter:
 
 def load_pte(path: str | os.PathLike[str]) -> tuple[Any, dict[str, int]]:
     """``(forward method, metadata)`` of a ``.pte`` in the ExecuTorch runtime (XNNPACK registered)."""
-    from executorch.runtime import Runtime
+    with quiet_executorch_import():
+        from executorch.runtime import Runtime
 
-    program = Runtime.get().load_program(Path(path))
+        program = Runtime.get().load_program(Path(path))
     metadata = {
         name: int(program.load_method(name).execute([])[0])
         for name in sorted(program.method_names)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -101,7 +102,14 @@ def export_step_onnx(
 
     def write(temporary: Path) -> None:
         start = time.perf_counter()
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # The legacy exporter is chosen on purpose (DESIGN §4); its deprecation notice, the tracer's
+            # notes on Python-side values and constant folding's opset note are not for our users.
+            warnings.filterwarnings(
+                "ignore", message="You are using the legacy TorchScript", category=DeprecationWarning
+            )
+            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+            warnings.filterwarnings("ignore", message="Constant folding - Only steps=1", category=UserWarning)
             torch.onnx.export(
                 step,
                 step.example_inputs(),

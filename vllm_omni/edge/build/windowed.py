@@ -1,6 +1,6 @@
 """Export the windowed programs a stream needs, verify each one, and describe them in ``manifest.json``.
 
-One fixed-shape program per window of the schedule (:mod:`.window_schedule`). Resumable: after
+One fixed-shape program per window of the schedule (:mod:`..graphs.window_contract`). Resumable: after
 each program the work done so far is recorded in ``.export-state.json`` (:mod:`.state`); a re-run with the same
 inputs (checkpoint bytes, backend, partitioner, dtype, window) keeps every program whose file is
 still intact (same sha256) and only does the rest. Programs and the manifest are written through

@@ -34,7 +34,6 @@ from . import validation
 from .schema import PLAN_SCHEMA, PLAN_SCHEMA_VERSION, ExecPlanError, check_schema
 
 PLAN_NAME = "exec_plan.json"
-GRAPH_KINDS = ("stateful", "windowed")
 DEFAULT_DEVICE_DIR = "/data/qwen3-tts"
 
 

@@ -46,8 +46,6 @@ class StatefulDecoder:
             )
         self.contract = contract
         self.codec = contract.codec
-        self.sample_rate = contract.sample_rate
-        self.hop = contract.samples_per_frame
         self._inv_freq = np.asarray(contract.rope_inv_freq, dtype=np.float32)
         self.reset()
 
@@ -119,4 +117,4 @@ class StatefulDecoder:
         audio, cache = runner.run(codes, freqs, valid, self._cache)
         self._cache = cache
         self._position += real
-        return np.asarray(audio, dtype=np.float32)[: real * self.hop]
+        return np.asarray(audio, dtype=np.float32)[: real * self.codec.samples_per_frame]

@@ -44,14 +44,12 @@ class WindowedDecoder:
         self.runners = dict(runners)
         self.context_frames = context_frames
         self.codec = codec
-        self.num_quantizers, self.codebook_size = codec.num_quantizers, codec.codebook_size
-        self.hop, self.sample_rate = codec.samples_per_frame, codec.sample_rate
         self.reset()
 
     def reset(self) -> None:
         """Forget the stream: no history, no pending frames, back to the start of the ramp."""
-        self._history = np.zeros((0, self.num_quantizers), dtype=np.int64)
-        self._pending = np.zeros((0, self.num_quantizers), dtype=np.int64)
+        self._history = np.zeros((0, self.codec.num_quantizers), dtype=np.int64)
+        self._pending = np.zeros((0, self.codec.num_quantizers), dtype=np.int64)
         self._chunk_index = 0
         self._position = 0
 
@@ -70,7 +68,9 @@ class WindowedDecoder:
 
     def feed(self, frames: np.ndarray) -> np.ndarray:
         """Queue ``frames`` and decode every whole chunk now possible; returns the new PCM (maybe empty)."""
-        frames = check_frames(frames, self.num_quantizers, self.codebook_size, self._position + len(self._pending))
+        frames = check_frames(
+            frames, self.codec.num_quantizers, self.codec.codebook_size, self._position + len(self._pending)
+        )
         self._pending = np.concatenate([self._pending, frames])
         pieces = []
         while len(self._pending) >= self.next_window.chunk_frames:
@@ -84,7 +84,7 @@ class WindowedDecoder:
         audio = np.zeros(0, dtype=np.float32)
         if len(self._pending):
             real = len(self._pending)
-            chunk = np.zeros((self.next_window.chunk_frames, self.num_quantizers), dtype=np.int64)
+            chunk = np.zeros((self.next_window.chunk_frames, self.codec.num_quantizers), dtype=np.int64)
             chunk[:real] = self._pending
             audio = self._decode_chunk(chunk, real)
         self.reset()
@@ -98,11 +98,11 @@ class WindowedDecoder:
             )
         frames = np.concatenate([self._history, chunk])
         audio = np.asarray(self.runners[window].run(np.ascontiguousarray(frames.T[None])), dtype=np.float32).ravel()
-        expected = window.chunk_frames * self.hop
+        expected = window.chunk_frames * self.codec.samples_per_frame
         if audio.shape != (expected,):
             raise EdgeError(f"program {window.name} returned {audio.size} samples, expected {expected}")
         real = frames[: window.context_frames + real_frames]
         self._history = real[max(0, len(real) - self.context_frames) :]
         self._position += real_frames
         self._chunk_index += 1
-        return audio[: real_frames * self.hop]
+        return audio[: real_frames * self.codec.samples_per_frame]

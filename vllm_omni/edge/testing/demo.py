@@ -42,7 +42,7 @@ def _say(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m vllm_omni.edge.testing.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("out/demo"))
     parser.add_argument("--model", help="checkpoint dir or hub id (default: a random-weight released-layout one)")
     parser.add_argument("--geometry", choices=("released", "small"), default="small", help="of the embedded checkpoint")

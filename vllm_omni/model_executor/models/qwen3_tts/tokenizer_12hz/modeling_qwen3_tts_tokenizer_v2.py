@@ -17,12 +17,14 @@ Pipeline (shapes for one sequence of ``T`` frames, released sizes in brackets):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2DecoderConfig
-from .errors import InvalidCodesError
+from .errors import DecoderWeightsError, InvalidCodesError
 
 # ----------------------------------------------------------------------------------------------
 # Convolutions
@@ -431,6 +433,48 @@ class Qwen3TTSTokenizerV2Decoder(nn.Module):
                     f"codes must lie in 0..{size - 1}, found values in {low}..{high} "
                     f"(first bad at [batch, codebook, frame] = {bad}, value {int(codes[tuple(bad)])})"
                 )
+
+    # -- weights -------------------------------------------------------------------------------
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Copy ``weights`` (decoder-relative names: the checkpoint's less ``decoder.``); return the names loaded.
+
+        Every parameter must be present with its exact shape and no extra tensor may exist: anything
+        else means the checkpoint and the config disagree, and a partial load would decode noise.
+        Raises :class:`DecoderWeightsError` naming each problem (at most 20 names of each kind).
+        """
+        tensors = dict(weights)
+        expected = self.state_dict()
+        missing = sorted(set(expected) - set(tensors))
+        unexpected = sorted(set(tensors) - set(expected))
+        misshapen = sorted(
+            f"{name}: expected {list(expected[name].shape)}, found {list(tensors[name].shape)}"
+            for name in set(expected) & set(tensors)
+            if tuple(expected[name].shape) != tuple(tensors[name].shape)
+        )
+        problems = []
+        if missing:
+            problems.append(f"missing {len(missing)} tensor(s): " + ", ".join(f"decoder.{n}" for n in missing[:20]))
+        if unexpected:
+            problems.append(
+                f"unexpected {len(unexpected)} tensor(s): " + ", ".join(f"decoder.{n}" for n in unexpected[:20])
+            )
+        if misshapen:
+            problems.append(
+                f"{len(misshapen)} tensor(s) with the wrong shape: decoder." + "; decoder.".join(misshapen[:20])
+            )
+        if problems:
+            raise DecoderWeightsError(
+                "the checkpoint's decoder weights do not match speech_tokenizer/config.json: "
+                + " | ".join(problems)
+                + ". Use the config.json that came with these weights."
+            )
+        for name, tensor in tensors.items():
+            if not (tensor.dtype.is_floating_point and torch.isfinite(tensor).all()):
+                kind = "non-finite values" if tensor.dtype.is_floating_point else f"dtype {tensor.dtype}"
+                raise DecoderWeightsError(f"decoder.{name} has {kind}; expected finite floating-point weights")
+        self.load_state_dict(tensors, strict=True)
+        return set(tensors)
 
     # -- decode --------------------------------------------------------------------------------
 
