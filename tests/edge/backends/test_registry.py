@@ -63,9 +63,9 @@ def test_a_plugin_backend_decodes_a_plan_that_names_it(cpu_plan, tmp_path, monke
         "class CountingBackend(OnnxRuntimeBackend):\n"
         "    name = 'counting_ort'\n"
         "    opened = []\n"
-        "    def open_step_runner(self, plan, role, options):\n"
+        "    def open_runner(self, plan, role, options):\n"
         "        self.opened.append(role)\n"
-        "        return super().open_step_runner(plan, role, options)\n"
+        "        return super().open_runner(plan, role, options)\n"
     )
     dist = tmp_path / "edge_backend_demo-1.0.dist-info"
     dist.mkdir()

@@ -58,7 +58,7 @@ class OnnxRuntimeBackend:
     name = "onnxruntime"
     graph_kind = "stateful"
 
-    def open_step_runner(self, plan: ExecPlan, role: str, options: RunnerOptions) -> OnnxStepRunner:
+    def open_runner(self, plan: ExecPlan, role: str, options: RunnerOptions) -> OnnxStepRunner:
         runner = OnnxStepRunner(plan.path(role), threads=options.threads)
         expected = plan.step_contract(role)
         if runner.contract != expected:

@@ -8,15 +8,16 @@ Packages add backends through the ``vllm_omni.edge.backends`` entry-point group,
 point resolving to a backend class (instantiated without arguments) or instance; with it, a
 hardware class from a plugin can bring its own runtime.
 
-Two kinds, by the graph they run:
+Every backend opens the runner of one artifact of a plan, :meth:`Backend.open_runner`; what the
+runner is depends on the backend's ``graph_kind``:
 
-- **windowed** (``graph_kind = "windowed"``): :meth:`WindowBackend.program_writer` lowers a
-  ``torch.export`` program of one window to a file; :meth:`WindowBackend.open_window_runner`
-  runs such a file (``int64[1, Q, window]`` -> ``float32[chunk * samples_per_frame]``).
-- **stateful** (``graph_kind = "stateful"``): :meth:`StepBackend.open_step_runner` runs one step
-  artifact of a plan (its contract: :mod:`..graphs.step_contract`). Step graphs are exported to
-  ONNX by :mod:`.onnx`, and compiled further by the backend's own converter where it has one
-  (:mod:`.rknn`).
+- **windowed**: a :class:`WindowRunner` (``int64[1, Q, window]`` -> ``float32[chunk * samples_per_frame]``).
+  These backends also export: :meth:`WindowBackend.program_writer` lowers a ``torch.export``
+  program of one window to a file, and :meth:`WindowBackend.open_window_runner` runs a file
+  outside a plan (a bare export's ``manifest.json``).
+- **stateful**: a :class:`StepRunner` (contract: :mod:`..graphs.step_contract`). Step graphs are
+  exported to ONNX by :mod:`.onnx` and compiled further by the backend's own converter where it
+  has one (:mod:`.rknn`, in the converter venv), so their export is not a method here.
 """
 
 from __future__ import annotations
@@ -91,9 +92,16 @@ class ProgramWriter(Protocol):
         ...
 
 
-class WindowBackend(Protocol):
+class Backend(Protocol):
     name: str
-    graph_kind: str  # "windowed"
+    graph_kind: str  # "windowed" | "stateful"
+
+    def open_runner(self, plan: ExecPlan, role: str, options: RunnerOptions) -> StepRunner | WindowRunner:
+        """Load the artifact of ``role`` in ``plan`` (already validated) for streaming."""
+        ...
+
+
+class WindowBackend(Backend, Protocol):
     default_partitioner: str
 
     def program_writer(self, partitioner: str) -> ProgramWriter:
@@ -103,18 +111,6 @@ class WindowBackend(Protocol):
     def open_window_runner(self, path: Path, contract: WindowContract) -> WindowRunner:
         """Load the program at ``path`` after checking that it describes itself as ``contract``."""
         ...
-
-
-class StepBackend(Protocol):
-    name: str
-    graph_kind: str  # "stateful"
-
-    def open_step_runner(self, plan: ExecPlan, role: str, options: RunnerOptions) -> StepRunner:
-        """Load the step artifact of ``role`` in ``plan`` (already validated) for streaming."""
-        ...
-
-
-Backend = WindowBackend | StepBackend
 
 
 def _entry_point_backends() -> dict[str, str | Any]:

@@ -108,7 +108,7 @@ class RknnBackend:
     name = "rknn"
     graph_kind = "stateful"
 
-    def open_step_runner(
+    def open_runner(
         self, plan: ExecPlan, role: str, options: RunnerOptions
     ) -> RknnLiteStepRunner | RknnSimulatorStepRunner:
         runtime = _choose_runtime(options.rknn_runtime)

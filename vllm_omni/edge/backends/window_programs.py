@@ -14,6 +14,8 @@ from typing import Any
 
 from ..graphs.window_contract import WindowContract
 from ..plan.manifest import ManifestError
+from ..plan.model import ExecPlan
+from .registry import RunnerOptions
 
 
 def check_program_metadata(contract: WindowContract, metadata: Mapping[str, int], path: Path) -> None:
@@ -39,3 +41,8 @@ class WindowProgramBackend:
 
     def open_window_runner(self, path: Path, contract: WindowContract) -> Any:
         return self.runner(path, contract)
+
+    def open_runner(self, plan: ExecPlan, role: str, options: RunnerOptions) -> Any:
+        """The program of window ``role`` (e.g. ``window_c72_n25``) in ``plan``, with the plan's contract."""
+        window = {window.name: window for window in plan.schedule}[role]
+        return self.open_window_runner(plan.path(role), WindowContract(window, plan.codec))

@@ -5,8 +5,8 @@
     pcm_tail = decoder.flush()
 
 The plan's ``backend`` names a backend in :mod:`..backends.registry` (built in: onnxruntime and
-rknn for stateful plans, executorch and torch_export for windowed ones; plugins add more), which
-opens a runner per artifact; the runners drive a :class:`StatefulDecoder` or a
+rknn for stateful plans, executorch and torch_export for windowed ones; plugins add more), whose
+``open_runner`` opens a runner per artifact; the runners drive a :class:`StatefulDecoder` or a
 :class:`WindowedDecoder`. The plan is validated first (schema, contracts, every file's size and
 sha256), so a runtime never sees a file the plan does not vouch for. No torch here: a backend
 imports its own runtime package when it opens a runner.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 
 from ..backends.registry import BackendUnavailableError, RunnerOptions, get_backend
-from ..graphs.window_contract import WindowContract
 from ..plan.model import ExecPlan
 from ..plan.schema import ExecPlanError
 from .protocol import StreamDecoder
@@ -43,17 +42,13 @@ def open_decoder(
         raise ExecPlanError(
             f"backend {plan.backend!r} runs {backend.graph_kind} graphs; the plan is {plan.graph_kind}: rebuild it"
         )
+    options = RunnerOptions(threads=threads, rknn_runtime=rknn_runtime)
+    runners = {role: backend.open_runner(plan, role, options) for role in plan.artifacts}
     if plan.graph_kind == "windowed":
-        runners = {
-            window: backend.open_window_runner(plan.path(window.name), WindowContract(window, plan.codec))
-            for window in plan.schedule
-        }
         return WindowedDecoder(
-            runners,
+            {runner.window: runner for runner in runners.values()},
             ramp=tuple(plan.windowed["ramp"]),
             context_frames=int(plan.windowed["context_frames"]),
             codec=plan.codec,
         )
-    options = RunnerOptions(threads=threads, rknn_runtime=rknn_runtime)
-    steps = {role: backend.open_step_runner(plan, role, options) for role in plan.artifacts}
-    return StatefulDecoder(steps["main"], steps.get("first"))
+    return StatefulDecoder(runners["main"], runners.get("first"))
