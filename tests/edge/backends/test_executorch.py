@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import numpy as np
@@ -68,3 +69,13 @@ def test_a_program_over_tolerance_fails_the_export_and_is_removed(
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(err) == 1 and "over the tolerance 1e-12" in err[0]
     assert not (out / "window_c0_n2.pte").exists() and not (out / "manifest.json").exists()
+
+
+def test_native_cpuinfo_lines_are_held_back_and_other_native_lines_pass(capfd):
+    from vllm_omni.edge.backends.executorch import CPUINFO_NOISE, native_stderr_without
+
+    with native_stderr_without(CPUINFO_NOISE):
+        os.write(2, b"Error in cpuinfo: failed to parse the list of possible processors\n")
+        os.write(2, b"Failed to open midr file /sys/devices/system/cpu/cpu0/regs/identification/midr_el1\n")
+        os.write(2, b"E 00:00:00.000 executorch: a real native error\n")
+    assert capfd.readouterr().err == "E 00:00:00.000 executorch: a real native error\n"

@@ -14,7 +14,9 @@ import contextlib
 import importlib
 import logging
 import os
+import re
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,9 @@ PARTITIONERS = ("xnnpack", "coreml", "none")
 # a CPU host cannot load, and makes torch's pytree log a deprecation about torchao's own enums.
 # Neither is actionable; they are silenced around our imports of executorch, not globally.
 NOISY_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
+# The runtime's threadpool (cpuinfo) prints C-level lines such as "Failed to open midr file ..." on
+# hosts whose /sys lacks what it probes; they say nothing about the program and are held back.
+CPUINFO_NOISE = re.compile(r"cpuinfo|midr")
 
 
 @contextlib.contextmanager
@@ -45,6 +50,29 @@ def quiet_executorch_import() -> Iterator[None]:
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def native_stderr_without(noise: re.Pattern[str]) -> Iterator[None]:
+    """Hold back the lines matching ``noise`` that native code writes to stderr inside the block.
+
+    File descriptor 2 goes to a temporary file for the block; afterwards every other line is
+    written to stderr as it came, so real errors still show.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().decode(errors="replace").splitlines(True) if not noise.search(line)]
+            sys.stderr.write("".join(kept))
+            sys.stderr.flush()
 
 
 def _require_executorch() -> None:
@@ -119,16 +147,16 @@ class ExecuTorchProgramWriter:
 
 def load_pte(path: str | os.PathLike[str]) -> tuple[Any, dict[str, int]]:
     """``(forward method, metadata)`` of a ``.pte`` in the ExecuTorch runtime (XNNPACK registered)."""
-    with quiet_executorch_import():
+    with quiet_executorch_import(), native_stderr_without(CPUINFO_NOISE):
         from executorch.runtime import Runtime
 
         program = Runtime.get().load_program(Path(path))
-    metadata = {
-        name: int(program.load_method(name).execute([])[0])
-        for name in sorted(program.method_names)
-        if name != "forward"
-    }
-    return program.load_method("forward"), metadata
+        metadata = {
+            name: int(program.load_method(name).execute([])[0])
+            for name in sorted(program.method_names)
+            if name != "forward"
+        }
+        return program.load_method("forward"), metadata
 
 
 class ExecuTorchWindowRunner:
