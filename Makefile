@@ -22,10 +22,11 @@ setup-vllm:
 # Main job on the embedded default: a random-weight checkpoint in the released layout -> the plan of
 # every hardware class (rockchip_npu compiles in the converter venv), each decoding a stream.
 demo: setup setup-rknn
-	$(PY) -m vllm_omni.edge.demo --out out/demo
+	$(PY) -m vllm_omni.edge.testing.demo --out out/demo
 
 test: setup setup-oracle setup-rknn setup-vllm
 	$(PY) -m ruff check .
+	.venv/bin/lint-imports
 	$(PY) -m pytest -q -m "not vllm"
 	.venv-vllm/bin/python -m pytest -q -m vllm $(VLLM_TESTS)
 
@@ -33,9 +34,11 @@ test: setup setup-oracle setup-rknn setup-vllm
 test-vllm: setup-oracle setup-vllm
 	.venv-vllm/bin/python -m pytest -q -m vllm $(VLLM_TESTS)
 
+# ruff, then the layer contracts of pyproject.toml [tool.importlinter] (docs/architecture.md).
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	.venv/bin/lint-imports
 
 bench: setup
 	$(PY) benchmarks/bench_full_decode.py --out out/bench

@@ -33,7 +33,7 @@ class PacedStream(io.RawIOBase):
     """A recording whose frame messages become readable at their frame time (a real-time server)."""
 
     def __init__(self, data: bytes, frame_rate: float):
-        from vllm_omni.edge.codec_stream import HEADER, KIND_BINARY, RECORDING_MAGIC, read_records, record
+        from vllm_omni.edge.stream import HEADER, KIND_BINARY, RECORDING_MAGIC, read_records, record
 
         self._pieces, self._times = [RECORDING_MAGIC], [0.0]
         frames = 0
@@ -76,7 +76,9 @@ def worker_client(args) -> dict:
     client = EdgeClient(plan, jitter_ms=args.jitter_ms)
     load_seconds = time.perf_counter() - started
     data = Path(args.stream).read_bytes()
-    stream = PacedStream(data, plan.sample_rate / plan.samples_per_frame) if args.paced else io.BytesIO(data)
+    stream = (
+        PacedStream(data, plan.codec.sample_rate / plan.codec.samples_per_frame) if args.paced else io.BytesIO(data)
+    )
     pieces: list = []
     report = client.run(stream, [pieces.append])
     np.save(args.audio_out, np.concatenate(pieces))
@@ -118,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from vllm_omni.edge.audio import snr_db
-    from vllm_omni.edge.codec_stream import StreamStart, encode_recording
+    from vllm_omni.edge.build.plans import build
+    from vllm_omni.edge.build.request import BuildRequest
     from vllm_omni.edge.hardware import get_hardware_class
-    from vllm_omni.edge.hardware.builders import BuildRequest, build
+    from vllm_omni.edge.stream import StreamStart, encode_recording
     from vllm_omni.edge.testing.codes import random_codes
     from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
 
@@ -133,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         BuildRequest(model=str(model), out_dir=plan_dir, progress=lambda m: print(f"[bench] {m}", flush=True)),
     )
     build_seconds = time.perf_counter() - started
-    frames = round(args.seconds * plan.sample_rate / plan.samples_per_frame)
-    codes = random_codes(frames, plan.num_quantizers, plan.codebook_size, seed=2024)[0].T.numpy().copy()
+    frames = round(args.seconds * plan.codec.sample_rate / plan.codec.samples_per_frame)
+    codes = random_codes(frames, plan.codec.num_quantizers, plan.codec.codebook_size, seed=2024)[0].T.numpy().copy()
     codes_path = args.out / "client_codes.npy"
     np.save(codes_path, codes)
     start = StreamStart.for_plan(plan)

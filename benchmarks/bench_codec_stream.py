@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vllm_omni.edge.codec_stream import (
+from vllm_omni.edge.stream import (
     PACKINGS,
     CodecStreamEncoder,
     StreamStart,

@@ -1,4 +1,4 @@
-"""Time the eager full decode (``_forward_exact``) of the in-tree Code2Wav decoder.
+"""Time the eager full decode (``decode_unchecked``) of the in-tree Code2Wav decoder.
 
     python benchmarks/bench_full_decode.py --out out/bench [--geometry released] [--frames 25 100 250]
 
@@ -25,7 +25,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vllm_omni.edge.decoder_export import load_code2wav_decoder
+from vllm_omni.edge.checkpoint import load_code2wav_decoder
 from vllm_omni.edge.testing.codes import random_codes
 from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
@@ -76,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         macs = count_macs(decoder, codes)
         times = []
         with torch.inference_mode():
-            decoder._forward_exact(codes)  # warm-up
+            decoder.decode_unchecked(codes)  # warm-up
             for _ in range(args.repeats):
                 start = time.perf_counter()
-                decoder._forward_exact(codes)
+                decoder.decode_unchecked(codes)
                 times.append(time.perf_counter() - start)
         seconds = statistics.median(times)
         audio_seconds = frames * decoder.total_upsample / OUTPUT_SAMPLE_RATE
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         row["per_frame_vs_baseline"] = (row["median_seconds"] / row["frames"]) / baseline
     report = {
-        "benchmark": "full_decode (eager torch, _forward_exact)",
+        "benchmark": "full_decode (eager torch, decode_unchecked)",
         "weights": "random" if not args.model else str(args.model),
         "geometry": args.geometry,
         "threads": args.threads,

@@ -3,7 +3,7 @@
     .venv-rknn/bin/python benchmarks/bench_rknn.py --out out/bench [--steps 16 64] [--geometry released]
 
 RANDOM WEIGHTS (a released-layout checkpoint written by make_checkpoint, reused across runs).
-Per step size B, ``tools/rknn/prepare_qwen3_tts_rknn_vocoder.py`` exports the ONNX step graph
+Per step size B, ``python -m vllm_omni.edge.cli.rknn_convert`` exports the ONNX step graph
 (self-checked in onnxruntime), compiles it for rk3588 in fp16 and runs the simulator check (3
 steps from a zero cache against the full decode). Reports wall seconds of the whole run, compile
 seconds, ``.rknn`` size, the toolkit's ``REGTASK ... exceeds the limit`` warning count, and
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     for size in args.steps:
         out_dir = args.out / f"rknn-{args.geometry}-b{size}"
         output = out_dir / f"step_b{size}.rknn"
-        command = [sys.executable, str(REPO_ROOT / "tools/rknn/prepare_qwen3_tts_rknn_vocoder.py")]
+        command = [sys.executable, "-m", "vllm_omni.edge.cli.rknn_convert"]
         command += ["--model-dir", str(model), "--codes-length", str(size), "--target", args.target]
         command += ["--output", str(output)]
         print(f"[bench] B={size}: {' '.join(command[1:])}", flush=True)

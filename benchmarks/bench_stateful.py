@@ -34,8 +34,8 @@ CONTEXT_FRAMES = 72
 def worker_stateful(args) -> dict:
     import numpy as np
 
+    from vllm_omni.edge.backends.onnxruntime import OnnxStepRunner
     from vllm_omni.edge.runtime import StatefulDecoder
-    from vllm_omni.edge.runtime.onnx_step import OnnxStepRunner
 
     start = time.perf_counter()
     runner = OnnxStepRunner(args.graph)
@@ -54,7 +54,7 @@ def worker_stateful(args) -> dict:
     audio = np.concatenate(pieces)
     np.save(args.audio_out, audio)
     seconds = sum(step_times)
-    audio_seconds = len(codes) * contract.hop / contract.sample_rate
+    audio_seconds = len(codes) * contract.samples_per_frame / contract.sample_rate
     return {
         "config": f"stateful B={contract.step_frames}",
         "seconds": seconds,
@@ -74,7 +74,7 @@ def worker_torch(args) -> dict:
     import numpy as np
     import torch
 
-    from vllm_omni.edge.decoder_export import load_code2wav_decoder
+    from vllm_omni.edge.checkpoint import load_code2wav_decoder
     from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
 
     decoder = load_code2wav_decoder(args.model)
@@ -82,11 +82,11 @@ def worker_torch(args) -> dict:
     hop_seconds = decoder.total_upsample / OUTPUT_SAMPLE_RATE
     with torch.inference_mode():
         window = codes[..., : CONTEXT_FRAMES + args.chunk]
-        decoder._forward_exact(window)  # warm-up
+        decoder.decode_unchecked(window)  # warm-up
         times = []
         for _ in range(args.window_repeats):
             start = time.perf_counter()
-            decoder._forward_exact(window)
+            decoder.decode_unchecked(window)
             times.append(time.perf_counter() - start)
         seconds = statistics.median(times)
         return {
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from vllm_omni.edge.audio import snr_db
     from vllm_omni.edge.backends.onnx import export_step_onnx
-    from vllm_omni.edge.decoder_export import load_code2wav_decoder
+    from vllm_omni.edge.checkpoint import load_code2wav_decoder
     from vllm_omni.edge.testing.codes import random_codes
     from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
     from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE

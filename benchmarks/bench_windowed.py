@@ -40,15 +40,15 @@ def worker(args) -> dict:
         return time_full_decode(args.model, args.codes, args.audio_out)
     codes = np.load(args.codes)
     if args.worker == "executorch":
-        from vllm_omni.edge.runtime.window_programs import open_windowed_decoder
+        from vllm_omni.edge.runtime.manifest_decoder import open_windowed_decoder
 
         start = time.perf_counter()
         decoder = open_windowed_decoder(args.programs)
         load_seconds = time.perf_counter() - start
     else:
-        from vllm_omni.edge.decoder_export import load_code2wav_decoder
-        from vllm_omni.edge.manifest import WindowedManifest
-        from vllm_omni.edge.windowed import eager_windowed_decoder
+        from vllm_omni.edge.checkpoint import load_code2wav_decoder
+        from vllm_omni.edge.plan.manifest import WindowedManifest
+        from vllm_omni.edge.testing.reference import eager_windowed_decoder
 
         manifest = WindowedManifest.read(args.programs)
         start = time.perf_counter()
@@ -89,10 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from vllm_omni.edge.audio import snr_db
-    from vllm_omni.edge.manifest import WindowedManifest
+    from vllm_omni.edge.graphs.window_contract import windowing_overhead
+    from vllm_omni.edge.plan.manifest import WindowedManifest
     from vllm_omni.edge.testing.codes import random_codes
     from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
-    from vllm_omni.edge.window_schedule import windowing_overhead
     from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -108,10 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         if subprocess.run(export).returncode != 0:
             raise SystemExit("export failed")
     manifest = WindowedManifest.read(programs)
-    hop = manifest.samples_per_frame
+    hop = manifest.codec.samples_per_frame
     frames = round(args.seconds * OUTPUT_SAMPLE_RATE / hop)
     codes_path = args.out / "windowed_codes.npy"
-    np.save(codes_path, random_codes(frames, manifest.num_quantizers, manifest.codebook_size, seed=2025)[0].T.numpy())
+    np.save(
+        codes_path,
+        random_codes(frames, manifest.codec.num_quantizers, manifest.codec.codebook_size, seed=2025)[0].T.numpy(),
+    )
 
     results = {}
     for name in ("full", "eager", "executorch"):

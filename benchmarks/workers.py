@@ -34,15 +34,15 @@ def time_full_decode(model: str, codes_path: str, audio_out: str) -> dict:
     import numpy as np
     import torch
 
-    from vllm_omni.edge.decoder_export import load_code2wav_decoder
+    from vllm_omni.edge.checkpoint import load_code2wav_decoder
     from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
 
     decoder = load_code2wav_decoder(model)
     codes = torch.from_numpy(np.load(codes_path)).T[None]
     with torch.inference_mode():
-        decoder._forward_exact(codes[..., :8])  # warm-up
+        decoder.decode_unchecked(codes[..., :8])  # warm-up
         start = time.perf_counter()
-        audio = decoder._forward_exact(codes).numpy().ravel()
+        audio = decoder.decode_unchecked(codes).numpy().ravel()
         seconds = time.perf_counter() - start
     np.save(audio_out, audio)
     audio_seconds = len(audio) / OUTPUT_SAMPLE_RATE

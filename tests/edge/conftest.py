@@ -1,4 +1,4 @@
-"""Windowed programs exported once per session (small geometry): ``.pt2`` and ExecuTorch/XNNPACK ``.pte``."""
+"""Artifacts made once per session (small geometry): windowed ``.pt2`` and ``.pte`` programs, CPU and phone plans."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni.edge.decoder_export import main as export_main
+from vllm_omni.edge.cli.export import main as export_main
+from vllm_omni.edge.cli.main import main as edge_main
 
 # .pt2: windows 0+2, 2+4, 4+4 (a ramp and the steady state). .pte (about 45 s of lowering per
 # program on 2 cores): windows 0+2 and 2+2, whose context is the whole stream so far.
@@ -15,27 +16,43 @@ PT2_ARGS = ("--ramp", "2", "4", "--context", "4", "--backend", "torch_export")
 PTE_ARGS = ("--ramp", "2", "--context", "2", "--backend", "executorch")
 
 
-def export_programs(checkpoint: Path, out_dir: Path, *args: str) -> Path:
+def _export_programs(checkpoint: Path, out_dir: Path, *args: str) -> Path:
     assert export_main(["--model", str(checkpoint), "--out-dir", str(out_dir), *args]) == 0
     return out_dir
 
 
 @pytest.fixture(scope="session")
+def export_programs():
+    """``export_programs(checkpoint, out_dir, *args)``: the windowed export's CLI, which must succeed."""
+    return _export_programs
+
+
+@pytest.fixture(scope="session")
+def edge_args() -> dict[str, tuple[str, ...]]:
+    """The sizes the session's artifacts use: ``pt2``, ``pte`` (export args), ``step``, ``phone`` (build args)."""
+    return {"pt2": PT2_ARGS, "pte": PTE_ARGS, "step": STEP_ARGS, "phone": PHONE_ARGS}
+
+
+@pytest.fixture(scope="session")
 def pt2_programs(small_checkpoint, tmp_path_factory) -> Path:
-    return export_programs(small_checkpoint, tmp_path_factory.mktemp("programs") / "pt2", *PT2_ARGS)
+    return _export_programs(small_checkpoint, tmp_path_factory.mktemp("programs") / "pt2", *PT2_ARGS)
 
 
 @pytest.fixture(scope="session")
 def pte_programs(small_checkpoint, tmp_path_factory) -> Path:
-    return export_programs(small_checkpoint, tmp_path_factory.mktemp("programs") / "pte", *PTE_ARGS)
+    return _export_programs(small_checkpoint, tmp_path_factory.mktemp("programs") / "pte", *PTE_ARGS)
 
 
-def build_plan(checkpoint: Path, out_dir: Path, hardware: str, *args: str) -> Path:
-    from vllm_omni.edge.cli import main as edge_main
-
+def _build_plan(checkpoint: Path, out_dir: Path, hardware: str, *args: str) -> Path:
     command = ["build", "--hardware", hardware, "--model", str(checkpoint), "--out", str(out_dir), *args]
     assert edge_main(command) == 0
     return out_dir
+
+
+@pytest.fixture(scope="session")
+def build_plan():
+    """``build_plan(checkpoint, out_dir, hardware, *args)``: ``python -m vllm_omni.edge build``, which must succeed."""
+    return _build_plan
 
 
 # Stateful CPU classes at the small geometry: first step B=2, main step B=4 (a few seconds).
@@ -44,7 +61,7 @@ STEP_ARGS = ("--step-frames", "4", "--first-step-frames", "2")
 
 @pytest.fixture(scope="session")
 def cpu_plan(small_checkpoint, tmp_path_factory) -> Path:
-    return build_plan(small_checkpoint, tmp_path_factory.mktemp("plans") / "cpu_x86_64", "cpu_x86_64", *STEP_ARGS)
+    return _build_plan(small_checkpoint, tmp_path_factory.mktemp("plans") / "cpu_x86_64", "cpu_x86_64", *STEP_ARGS)
 
 
 # npu_phone over the same windows as the session's .pte programs (PTE_ARGS): 0+2 and 2+2.
@@ -55,4 +72,4 @@ PHONE_ARGS = ("--ramp", "2", "--context", "2")
 def phone_plan(small_checkpoint, pte_programs, tmp_path_factory) -> Path:
     """npu_phone built over a copy of the exported programs: the build keeps them (resume) and writes the plan."""
     out = Path(shutil.copytree(pte_programs, tmp_path_factory.mktemp("plans") / "npu_phone"))
-    return build_plan(small_checkpoint, out, "npu_phone", *PHONE_ARGS)
+    return _build_plan(small_checkpoint, out, "npu_phone", *PHONE_ARGS)

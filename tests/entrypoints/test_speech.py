@@ -15,8 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import REPO_ROOT
-
 pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm")
 
@@ -27,8 +25,8 @@ from vllm_omni.entrypoints.speech import (  # noqa: E402
     SpeechRequestError,
 )
 
-ORACLE_PYTHON = REPO_ROOT / ".venv-oracle" / "bin" / "python"
-ORACLE_SCRIPT = REPO_ROOT / "tools" / "oracle" / "qwen_tts_talker_oracle.py"
+ORACLE_PYTHON = Path(".venv-oracle/bin/python")
+ORACLE_SCRIPT = Path("tools/oracle/qwen_tts_talker_oracle.py")
 FRAMES = 50
 ENGINE = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.3, "block_size": 32}
 
@@ -50,10 +48,13 @@ def greedy(request: SpeechRequest, frames: int = FRAMES, **fields) -> SpeechRequ
     return SpeechRequest(**{**request.__dict__, "max_frames": frames, "greedy": True, **fields})
 
 
-def run_official(checkpoint: Path, prompts: dict[str, SpeechRequest], frames: int, work: Path) -> dict[str, np.ndarray]:
+def run_official(
+    repo_root: Path, checkpoint: Path, prompts: dict[str, SpeechRequest], frames: int, work: Path
+) -> dict[str, np.ndarray]:
     """Greedy frames of the official qwen-tts talker (in .venv-oracle) for ``prompts``."""
-    if not ORACLE_PYTHON.exists():
-        pytest.fail(f"the oracle venv is missing ({ORACLE_PYTHON}); build it with `make setup-oracle`")
+    python, script = repo_root / ORACLE_PYTHON, repo_root / ORACLE_SCRIPT
+    if not python.exists():
+        pytest.fail(f"the oracle venv is missing ({python}); build it with `make setup-oracle`")
     requests = [
         {
             "text": r.text,
@@ -67,7 +68,7 @@ def run_official(checkpoint: Path, prompts: dict[str, SpeechRequest], frames: in
         for r in prompts.values()
     ]
     (work / "requests.json").write_text(json.dumps(requests))
-    command = [str(ORACLE_PYTHON), str(ORACLE_SCRIPT), "--checkpoint", str(checkpoint)]
+    command = [str(python), str(script), "--checkpoint", str(checkpoint)]
     command += ["--requests", str(work / "requests.json"), "--out", str(work / "oracle.json")]
     run = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -76,8 +77,8 @@ def run_official(checkpoint: Path, prompts: dict[str, SpeechRequest], frames: in
 
 
 @pytest.fixture(scope="module")
-def oracle_frames(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
-    return run_official(talker_checkpoint, PROMPTS, FRAMES, tmp_path_factory.mktemp("talker-oracle"))
+def oracle_frames(repo_root: Path, talker_checkpoint: Path, tmp_path_factory) -> dict[str, np.ndarray]:
+    return run_official(repo_root, talker_checkpoint, PROMPTS, FRAMES, tmp_path_factory.mktemp("talker-oracle"))
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +187,7 @@ def test_streaming_yields_the_offline_frames_and_survives_a_bad_request(talker_c
     np.testing.assert_array_equal(english[0], alone["english_speaker"])
 
 
-def test_voice_design_frames_equal_the_official_talker(tmp_path_factory: pytest.TempPathFactory):
+def test_voice_design_frames_equal_the_official_talker(repo_root: Path, tmp_path_factory: pytest.TempPathFactory):
     from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
 
     work = tmp_path_factory.mktemp("voice-design")
@@ -199,7 +200,7 @@ def test_voice_design_frames_equal_the_official_talker(tmp_path_factory: pytest.
             text="今天天气很好。", language="Auto", instruct="活泼的年轻女声", non_streaming_mode=False
         ),
     }
-    official = run_official(checkpoint, prompts, 20, work)
+    official = run_official(repo_root, checkpoint, prompts, 20, work)
     gen = CodecFrameGenerator(checkpoint, max_model_len=512, kv_cache_memory_bytes=64 << 20, **ENGINE)
     try:
         ours = gen.generate([greedy(request, 20) for request in prompts.values()])

@@ -1,4 +1,4 @@
-"""Finding and reading a Qwen3-TTS checkpoint's speech tokenizer (``speech_tokenizer/``).
+"""Finding and reading a Qwen3-TTS checkpoint's speech tokenizer (``speech_tokenizer/``), and loading its decoder.
 
 Layout of a released checkpoint (only the speech tokenizer part matters here)::
 
@@ -17,7 +17,11 @@ from pathlib import Path
 
 import torch
 
-from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2Config
+from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
+    DecoderWeightsError,
+    Qwen3TTSTokenizerV2Config,
+    Qwen3TTSTokenizerV2Decoder,
+)
 
 from .errors import CheckpointError, CheckpointNotFoundError
 from .files import file_sha256
@@ -137,3 +141,35 @@ def read_decoder_tensors(files: SpeechTokenizerFiles) -> tuple[dict[str, torch.T
             "expected the speech tokenizer's decoder weights"
         )
     return tensors, ignored
+
+
+def load_code2wav_decoder(
+    model: str | os.PathLike[str], dtype: torch.dtype = torch.float32
+) -> Qwen3TTSTokenizerV2Decoder:
+    """The Code2Wav decoder of ``model`` (a checkpoint dir, its ``speech_tokenizer/`` dir, or a hub id).
+
+    Geometry comes from ``speech_tokenizer/config.json``; weights are the ``decoder.*`` tensors of
+    ``speech_tokenizer/model.safetensors`` (``encoder.*`` is ignored). Returns the decoder in eval
+    mode, cast to ``dtype``, with SnakeBeta constants precomputed.
+    """
+    files = resolve_speech_tokenizer(model)
+    config = read_speech_tokenizer_config(files)
+    tensors, ignored = read_decoder_tensors(files)
+    decoder = Qwen3TTSTokenizerV2Decoder(config.decoder_config)
+    try:
+        loaded = decoder.load_weights(tensors.items())
+    except DecoderWeightsError as exc:
+        raise CheckpointError(str(exc)) from exc
+    decoder = decoder.to(dtype).eval()
+    decoder.requires_grad_(False)
+    decoder.precompute_snake_caches()
+    logger.info(
+        "loaded Code2Wav decoder from %s: %d tensors, %.1f M parameters, %d samples/frame (ignored %d non-decoder "
+        "tensors)",
+        files.directory,
+        len(loaded),
+        decoder.num_parameters() / 1e6,
+        decoder.total_upsample,
+        len(ignored),
+    )
+    return decoder

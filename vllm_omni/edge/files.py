@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,38 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def file_matches(path: str | os.PathLike[str], size_bytes: Any, sha256: Any) -> bool:
-    """Whether ``path`` is a file of exactly ``size_bytes`` bytes hashing to ``sha256`` (size first: it is cheap)."""
+@dataclass(frozen=True)
+class FileMismatch:
+    """How a file differs from its record: ``field`` is ``file`` (missing), ``size_bytes`` or ``sha256``."""
+
+    field: str
+    found: int | str | None = None
+
+
+def check_file(
+    path: str | os.PathLike[str], size_bytes: Any, sha256: Any, check_sha256: bool = True
+) -> FileMismatch | None:
+    """``None`` when ``path`` is a file of ``size_bytes`` bytes hashing to ``sha256``, else the first difference.
+
+    The one size + sha256 verification of the subsystem (plans, manifests, kept artifacts, downloads):
+    size first, because it is cheap; the hash only when ``check_sha256``.
+    """
     path = Path(path)
-    return path.is_file() and path.stat().st_size == size_bytes and file_sha256(path) == sha256
+    if not path.is_file():
+        return FileMismatch("file")
+    size = path.stat().st_size
+    if size != size_bytes:
+        return FileMismatch("size_bytes", size)
+    if check_sha256:
+        digest = file_sha256(path)
+        if digest != sha256:
+            return FileMismatch("sha256", digest)
+    return None
+
+
+def file_matches(path: str | os.PathLike[str], size_bytes: Any, sha256: Any) -> bool:
+    """Whether ``path`` is a file of exactly ``size_bytes`` bytes hashing to ``sha256``."""
+    return check_file(path, size_bytes, sha256) is None
 
 
 def write_atomically(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> Path:
@@ -47,3 +76,22 @@ def write_atomically(path: str | os.PathLike[str], write: Callable[[Path], Any])
 
 def write_json_atomically(path: str | os.PathLike[str], payload: Any) -> Path:
     return write_atomically(path, lambda temporary: temporary.write_text(json.dumps(payload, indent=2) + "\n"))
+
+
+def read_json_file(
+    path: str | os.PathLike[str], default_name: str, error: type[Exception], missing: str, remedy: str
+) -> tuple[Path, Any]:
+    """``(path, payload)`` of the JSON file at ``path``, or of ``default_name`` inside it when it is a directory.
+
+    Raises ``error(missing.format(path=...))`` when there is no such file and ``error`` naming the
+    file, the parse error and ``remedy`` when it is not readable JSON.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / default_name
+    if not path.is_file():
+        raise error(missing.format(path=path))
+    try:
+        return path, json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{path} is not readable JSON ({exc}); {remedy}") from exc

@@ -1,1 +1,2 @@
-"""vLLM integration: the talker's offline/streaming API (``speech``); the serving entry point joins it."""
+"""The vLLM integration, the top layer (may import everything below): the talker's offline and streaming
+API (``speech``); the serving entry point joins it."""

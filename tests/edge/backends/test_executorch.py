@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import numpy as np
 import torch
 
-from tests.conftest import random_codes
-from tests.edge.conftest import PTE_ARGS
 from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.backends.executorch import load_pte
-from vllm_omni.edge.decoder_export import main as export_main
-from vllm_omni.edge.manifest import WindowedManifest
-from vllm_omni.edge.runtime.window_programs import open_windowed_decoder
-from vllm_omni.edge.windowed import eager_windowed_decoder
+from vllm_omni.edge.cli.export import main as export_main
+from vllm_omni.edge.plan.manifest import WindowedManifest
+from vllm_omni.edge.runtime.manifest_decoder import open_windowed_decoder
+from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.edge.testing.reference import eager_windowed_decoder
 
 
 def test_every_program_ran_in_the_executorch_runtime_and_matched_eager(pte_programs):
@@ -59,9 +59,23 @@ def test_a_stream_through_pte_programs_starts_exactly_like_the_full_decode(pte_p
     assert np.abs(audio - expected).max() < 1e-5  # every later chunk is the eager window's audio
 
 
-def test_a_program_over_tolerance_fails_the_export_and_is_removed(pte_programs, small_checkpoint, tmp_path, capsys):
+def test_a_program_over_tolerance_fails_the_export_and_is_removed(
+    pte_programs, small_checkpoint, tmp_path, capsys, edge_args
+):
     out = shutil.copytree(pte_programs, tmp_path / "strict")
-    code = export_main(["--model", str(small_checkpoint), "--out-dir", str(out), *PTE_ARGS, "--tolerance", "1e-12"])
+    code = export_main(
+        ["--model", str(small_checkpoint), "--out-dir", str(out), *edge_args["pte"], "--tolerance", "1e-12"]
+    )
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(err) == 1 and "over the tolerance 1e-12" in err[0]
     assert not (out / "window_c0_n2.pte").exists() and not (out / "manifest.json").exists()
+
+
+def test_native_cpuinfo_lines_are_held_back_and_other_native_lines_pass(capfd):
+    from vllm_omni.edge.backends.executorch import CPUINFO_NOISE, native_stderr_without
+
+    with native_stderr_without(CPUINFO_NOISE):
+        os.write(2, b"Error in cpuinfo: failed to parse the list of possible processors\n")
+        os.write(2, b"Failed to open midr file /sys/devices/system/cpu/cpu0/regs/identification/midr_el1\n")
+        os.write(2, b"E 00:00:00.000 executorch: a real native error\n")
+    assert capfd.readouterr().err == "E 00:00:00.000 executorch: a real native error\n"

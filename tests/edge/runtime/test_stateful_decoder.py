@@ -6,9 +6,9 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO_ROOT, random_codes
+from vllm_omni.edge.graphs.stateful import Code2WavStep, TorchStepRunner
 from vllm_omni.edge.runtime import InvalidFramesError, StatefulDecoder
-from vllm_omni.edge.stateful import Code2WavStep, TorchStepRunner
+from vllm_omni.edge.testing.codes import random_codes
 
 
 @pytest.fixture
@@ -55,10 +55,10 @@ def test_flush_decodes_the_tail_and_starts_a_new_stream(decoder):
     assert decoder.flush().size == 0
 
 
-def test_runtime_does_not_import_torch():
+def test_runtime_does_not_import_torch(repo_root):
     script = (
-        "import sys, vllm_omni.edge.runtime, vllm_omni.edge.runtime.onnx_step, vllm_omni.edge.step_contract\n"
+        "import sys, vllm_omni.edge.runtime, vllm_omni.edge.backends.onnxruntime, vllm_omni.edge.graphs.step_contract\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", script], cwd=repo_root, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import random_codes
 from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.errors import EdgeError
+from vllm_omni.edge.geometry import CodecGeometry
+from vllm_omni.edge.graphs.windowed import EagerWindowRunner
 from vllm_omni.edge.runtime import InvalidFramesError, WindowedDecoder
-from vllm_omni.edge.windowed import EagerWindowRunner, eager_windowed_decoder
+from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.edge.testing.reference import eager_windowed_decoder
 
 RAMP, CONTEXT = (2, 4, 8), 16  # windows 0+2, 2+4, 6+8, 14+8, then 16+8
 
@@ -83,8 +85,8 @@ def test_bad_frames_raise_and_leave_the_stream_as_it_was(small_decoder, frames):
 
 
 def test_a_missing_program_is_named(small_decoder):
-    from vllm_omni.edge.window_schedule import Window
+    from vllm_omni.edge.graphs.window_contract import Window
 
     runners = {Window(0, 2): EagerWindowRunner(small_decoder, Window(0, 2))}
     with pytest.raises(EdgeError, match="window_c2_n4"):
-        WindowedDecoder(runners, RAMP, CONTEXT, 16, small_decoder.config.codebook_size, 48, 24000)
+        WindowedDecoder(runners, RAMP, CONTEXT, CodecGeometry(24000, 48, 16, small_decoder.config.codebook_size))

@@ -3,7 +3,7 @@ import json
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import random_codes
+from vllm_omni.edge.testing.codes import random_codes
 from vllm_omni.edge.testing.make_checkpoint import decoder_shapes, main
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2DecoderConfig
 
@@ -49,6 +49,6 @@ def test_released_layout_has_the_released_parameter_count():
 def test_cli_writes_a_loadable_checkpoint(tmp_path, capsys):
     assert main(["--geometry", "small", "--seed", "3", "--out", str(tmp_path / "c")]) == 0
     assert "random weights" in capsys.readouterr().out
-    from vllm_omni.edge.decoder_export import load_code2wav_decoder
+    from vllm_omni.edge.checkpoint import load_code2wav_decoder
 
     assert load_code2wav_decoder(tmp_path / "c").total_upsample == 48

@@ -1,1 +1,1 @@
-"""Export backends. Each imports its toolchain lazily, inside the function that needs it."""
+"""Backends: export an artifact, open a runner for it (:mod:`.registry`). Each imports its toolchain lazily."""

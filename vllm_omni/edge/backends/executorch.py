@@ -1,49 +1,90 @@
 """``.pte`` files: the exported window lowered to ExecuTorch, with a delegate partitioner.
 
-``xnnpack`` (CPU, every phone) ships with the ``executorch`` package. ``qnn`` (Qualcomm NPUs)
-and ``coreml`` (Apple Neural Engine) need their vendors' SDKs; when those are missing this says
-so and stops: it never falls back to another partitioner. The window's metadata is baked in as
-constant methods (``sample_rate()``, ``samples_per_frame()``, ``chunk_frames()``, ...), so a
-``.pte`` describes itself without the manifest.
+``xnnpack`` (CPU, every phone) ships with the ``executorch`` package. ``coreml`` (Apple Neural
+Engine) needs coremltools with Apple's CoreML framework (macOS); where that is missing this says
+so and stops: it never falls back to another partitioner. Qualcomm's QNN is not offered: it needs
+a compile spec per SoC, which this tool does not have yet, so it is not listed as a partitioner.
+The window's metadata is baked in as constant methods (``sample_rate()``, ``samples_per_frame()``,
+``chunk_frames()``, ...), so a ``.pte`` describes itself without the manifest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import os
+import re
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..files import write_atomically
-from .programs import BackendUnavailableError
+import numpy as np
 
-PARTITIONERS = ("xnnpack", "qnn", "coreml", "none")
+from ..files import write_atomically
+from ..graphs.window_contract import WindowContract
+from .registry import BackendUnavailableError
+from .window_programs import WindowProgramBackend, check_program_metadata
+
+PARTITIONERS = ("xnnpack", "coreml", "none")
+# Importing executorch imports torchao, which logs "Failed to load ..." for each CUDA kernel library
+# a CPU host cannot load, and makes torch's pytree log a deprecation about torchao's own enums.
+# Neither is actionable; they are silenced around our imports of executorch, not globally.
+NOISY_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
+# The runtime's threadpool (cpuinfo) prints C-level lines such as "Failed to open midr file ..." on
+# hosts whose /sys lacks what it probes; they say nothing about the program and are held back.
+CPUINFO_NOISE = re.compile(r"cpuinfo|midr")
+
+
+@contextlib.contextmanager
+def quiet_executorch_import() -> Iterator[None]:
+    """Import executorch (and torchao) inside this block with their import-time log noise held back."""
+    loggers = [logging.getLogger(name) for name in NOISY_IMPORT_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def native_stderr_without(noise: re.Pattern[str]) -> Iterator[None]:
+    """Hold back the lines matching ``noise`` that native code writes to stderr inside the block.
+
+    File descriptor 2 goes to a temporary file for the block; afterwards every other line is
+    written to stderr as it came, so real errors still show.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().decode(errors="replace").splitlines(True) if not noise.search(line)]
+            sys.stderr.write("".join(kept))
+            sys.stderr.flush()
 
 
 def _require_executorch() -> None:
     try:
-        importlib.import_module("executorch.exir")
+        with quiet_executorch_import():
+            importlib.import_module("executorch.exir")
+            importlib.import_module("executorch.backends.xnnpack.partition.xnnpack_partitioner")
     except ImportError as exc:
         raise BackendUnavailableError(
             f"--backend executorch needs the executorch package ({exc}); pip install executorch==1.5.1 "
             "(or `make setup`, whose .venv has it)"
         ) from exc
-
-
-def _qnn_partitioner() -> Any:
-    sdk = os.environ.get("QNN_SDK_ROOT")
-    libraries = Path(sdk, "lib", "x86_64-linux-clang") if sdk else None
-    if libraries is None or not (libraries / "libQnnHtp.so").is_file():
-        found = f"QNN_SDK_ROOT={sdk} has no lib/x86_64-linux-clang/libQnnHtp.so" if sdk else "QNN_SDK_ROOT is not set"
-        raise BackendUnavailableError(
-            f"--partitioner qnn needs the Qualcomm AI Engine Direct (QNN) SDK; not found here ({found}). "
-            "Install the SDK and set QNN_SDK_ROOT, or use --partitioner xnnpack"
-        )
-    raise BackendUnavailableError(
-        f"--partitioner qnn: the QNN SDK is at {sdk}, but this tool has no QNN compile spec per target SoC yet; "
-        "use --partitioner xnnpack"
-    )
 
 
 def _coreml_partitioner() -> Any:
@@ -67,13 +108,12 @@ def _xnnpack_partitioner() -> Any:
 
 _PARTITIONER_FACTORIES = {
     "xnnpack": _xnnpack_partitioner,
-    "qnn": _qnn_partitioner,
     "coreml": _coreml_partitioner,
     "none": lambda: None,
 }
 
 
-class ExecuTorchBackend:
+class ExecuTorchProgramWriter:
     name = "executorch"
     suffix = ".pte"
 
@@ -107,12 +147,34 @@ class ExecuTorchBackend:
 
 def load_pte(path: str | os.PathLike[str]) -> tuple[Any, dict[str, int]]:
     """``(forward method, metadata)`` of a ``.pte`` in the ExecuTorch runtime (XNNPACK registered)."""
-    from executorch.runtime import Runtime
+    with quiet_executorch_import(), native_stderr_without(CPUINFO_NOISE):
+        from executorch.runtime import Runtime
 
-    program = Runtime.get().load_program(Path(path))
-    metadata = {
-        name: int(program.load_method(name).execute([])[0])
-        for name in sorted(program.method_names)
-        if name != "forward"
-    }
-    return program.load_method("forward"), metadata
+        program = Runtime.get().load_program(Path(path))
+        metadata = {
+            name: int(program.load_method(name).execute([])[0])
+            for name in sorted(program.method_names)
+            if name != "forward"
+        }
+        return program.load_method("forward"), metadata
+
+
+class ExecuTorchWindowRunner:
+    """A ``.pte`` window in the ExecuTorch runtime. Inputs and outputs cross as torch tensors (its API)."""
+
+    def __init__(self, path: str | os.PathLike[str], contract: WindowContract):
+        import torch
+
+        self._torch = torch
+        self.window = contract.window
+        self.path = Path(path)
+        self._method, metadata = load_pte(self.path)
+        check_program_metadata(contract, metadata, self.path)
+
+    def run(self, codes: np.ndarray) -> np.ndarray:
+        (audio,) = self._method.execute([self._torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64))])
+        return audio.numpy().ravel()
+
+
+# Windowed programs as ExecuTorch ``.pte`` files, lowered with a delegate partitioner.
+BACKEND = WindowProgramBackend("executorch", "xnnpack", ExecuTorchProgramWriter, ExecuTorchWindowRunner)

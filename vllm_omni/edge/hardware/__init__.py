@@ -1,4 +1,7 @@
-"""The hardware-class registry: which artifacts and runtime each class of device decodes with."""
+"""The hardware-class registry and ``detect()``: what each class of device decodes with (data only).
+
+A class names its builder as a ``module:function`` string in :mod:`vllm_omni.edge.build`.
+"""
 
 from .detect import OVERRIDE_ENV, Detection, detect
 from .registry import (

@@ -40,7 +40,7 @@ class HardwareClass:
     name: str
     description: str
     graph_kind: str  # "windowed" | "stateful"
-    backend: str  # "executorch" | "rknn" | "onnxruntime" | "torch_export"
+    backend: str  # a name in vllm_omni.edge.backends.registry (built in: executorch, rknn, onnxruntime, torch_export)
     dtype: str
     builder: str  # "module:function", called as builder(hardware_class, request)
     defaults: dict[str, Any] = field(default_factory=dict)
@@ -56,19 +56,19 @@ class HardwareClass:
             raise EdgeError(f"hardware class {self.name!r}: cannot load its builder {self.builder!r} ({exc})") from exc
 
 
-_BUILDERS = "vllm_omni.edge.hardware.builders"
+_BUILDERS = "vllm_omni.edge.build.plans"
 
 BUILTIN_CLASSES = (
     HardwareClass(
         name="npu_phone",
         description="phone NPU: ExecuTorch windowed programs, one per chunk size of the ramp (XNNPACK; "
-        "QNN/CoreML export when their SDKs are installed)",
+        "CoreML export on macOS)",
         graph_kind="windowed",
         backend="executorch",
         dtype="fp32",
         builder=f"{_BUILDERS}:build_windowed",
         defaults={"ramp": (2, 4, 8, 16, 25), "context_frames": 72, "partitioner": "xnnpack"},
-        variants={"xnnpack": "always", "qnn": "QNN_SDK_ROOT with libQnnHtp.so", "coreml": "macOS with coremltools"},
+        variants={"xnnpack": "always", "coreml": "macOS with coremltools"},
     ),
     HardwareClass(
         name="rockchip_npu",
@@ -76,7 +76,7 @@ BUILTIN_CLASSES = (
         graph_kind="stateful",
         backend="rknn",
         dtype="fp16",
-        builder=f"{_BUILDERS}:build_rknn",
+        builder="vllm_omni.edge.build.rockchip:build_rknn",
         defaults={"first_step_frames": 2, "step_frames": 16},
         targets=ROCKCHIP_TARGETS,
         default_target="rk3588",

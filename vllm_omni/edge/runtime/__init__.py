@@ -1,19 +1,22 @@
-"""Device-side decoder runtimes: numpy plus the runtime package of a backend (onnxruntime, ExecuTorch, rknnlite),
-never torch for the stateful path (the ExecuTorch Python runtime takes torch tensors, so it imports torch itself).
+"""Device-side stream decoding: numpy plus the runtime package of a backend, never torch in this package.
 
-``open_decoder(plan)`` (:mod:`.plan_decoder`) is the entry point: one ``feed`` / ``flush`` / ``reset``
-decoder for whatever the plan describes."""
+:func:`open_decoder` turns an execution plan into a :class:`StreamDecoder` (one ``feed`` /
+``flush`` / ``reset`` interface for every class): :class:`StatefulDecoder` over step runners,
+:class:`WindowedDecoder` over window runners. The backends that open runners are looked up in
+:mod:`vllm_omni.edge.backends.registry`; the ExecuTorch Python runtime takes torch tensors, so
+that backend imports torch itself when it opens a program.
+"""
 
 from .frames import InvalidFramesError, check_frames
-from .plan_decoder import open_decoder
-from .stateful_decoder import StatefulDecoder, StepRunner
-from .windowed_decoder import WindowedDecoder, WindowRunner
+from .open import open_decoder
+from .protocol import StreamDecoder
+from .stateful_decoder import StatefulDecoder
+from .windowed_decoder import WindowedDecoder
 
 __all__ = [
     "InvalidFramesError",
     "StatefulDecoder",
-    "StepRunner",
-    "WindowRunner",
+    "StreamDecoder",
     "WindowedDecoder",
     "check_frames",
     "open_decoder",

@@ -1,8 +1,8 @@
 """Drive stateful step graphs over a stream: own the cache and position, schedule first/main steps.
 
-The decoder is backend-agnostic: a :class:`StepRunner` is anything with a ``contract`` and a
-``run(codes, freqs, cache_valid, cache) -> (audio, cache)`` method (onnxruntime here; rknn on a
-board; torch in tests). Frames arrive in any amounts; audio leaves as soon as a whole step's worth
+The decoder is backend-agnostic: a :class:`~..backends.registry.StepRunner` is anything with a
+``contract`` and a ``run(codes, freqs, cache_valid, cache) -> (audio, cache)`` method (onnxruntime,
+rknn on a board, torch in tests). Frames arrive in any amounts; audio leaves as soon as a whole step's worth
 of frames is there. ``flush()`` ends a stream: it decodes what is left by padding the last step
 with code 0. The decoder is causal, so the padding cannot change the audio of real frames, and
 the padding's own audio is cut off before it is returned.
@@ -10,20 +10,11 @@ the padding's own audio is cut off before it is returned.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import numpy as np
 
-from ..step_contract import StepContract, StepContractError
+from ..backends.registry import StepRunner
+from ..graphs.step_contract import StepContractError
 from .frames import check_frames
-
-
-class StepRunner(Protocol):
-    contract: StepContract
-
-    def run(
-        self, codes: np.ndarray, freqs: np.ndarray, cache_valid: np.ndarray, cache: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 def rope_angles(start: int, count: int, inv_freq: np.ndarray) -> np.ndarray:
@@ -54,8 +45,7 @@ class StatefulDecoder:
                 "from the same checkpoint"
             )
         self.contract = contract
-        self.sample_rate = contract.sample_rate
-        self.hop = contract.hop
+        self.codec = contract.codec
         self._inv_freq = np.asarray(contract.rope_inv_freq, dtype=np.float32)
         self.reset()
 
@@ -127,4 +117,4 @@ class StatefulDecoder:
         audio, cache = runner.run(codes, freqs, valid, self._cache)
         self._cache = cache
         self._position += real
-        return np.asarray(audio, dtype=np.float32)[: real * self.hop]
+        return np.asarray(audio, dtype=np.float32)[: real * self.codec.samples_per_frame]

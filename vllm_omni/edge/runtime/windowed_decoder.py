@@ -1,9 +1,9 @@
 """Drive windowed programs over a stream: keep the rolling window of codes, pick programs per the ramp.
 
 The counterpart of :class:`~.stateful_decoder.StatefulDecoder` for stateless windowed programs
-(see :mod:`..window_schedule`), with the same ``feed`` / ``flush`` / ``reset`` interface. A
-:class:`WindowRunner` is anything with a ``window`` and ``run(codes) -> audio``: an ExecuTorch
-``.pte`` or a ``.pt2`` here (:mod:`.window_programs`), eager torch in tests.
+(see :mod:`..graphs.window_contract`), with the same ``feed`` / ``flush`` / ``reset`` interface. A
+:class:`~..backends.registry.WindowRunner` is anything with a ``window`` and ``run(codes) -> audio``:
+an ExecuTorch ``.pte`` or a ``.pt2`` (opened by their backends), eager torch in tests.
 
 ``flush()`` decodes a last, short chunk by padding it with code 0 at the *end* of the window; the
 decoder is causal, so the padding cannot change the real frames' audio, and its own audio is cut.
@@ -12,21 +12,14 @@ decoder is causal, so the padding cannot change the real frames' audio, and its 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
 import numpy as np
 
+from ..backends.registry import WindowRunner
 from ..errors import EdgeError
-from ..window_schedule import Window, window_at, window_schedule
+from ..geometry import CodecGeometry
+from ..graphs.window_contract import Window, window_at, window_schedule
 from .frames import check_frames
-
-
-class WindowRunner(Protocol):
-    window: Window
-
-    def run(self, codes: np.ndarray) -> np.ndarray:
-        """``int64[1, Q, window_frames]`` -> ``float32[chunk_frames * samples_per_frame]``."""
-        ...
 
 
 class WindowedDecoder:
@@ -42,10 +35,7 @@ class WindowedDecoder:
         runners: Mapping[Window, WindowRunner],
         ramp: Sequence[int],
         context_frames: int,
-        num_quantizers: int,
-        codebook_size: int,
-        samples_per_frame: int,
-        sample_rate: int,
+        codec: CodecGeometry,
     ):
         self.schedule = window_schedule(ramp, context_frames)
         missing = [w.name for w in self.schedule if w not in runners]
@@ -53,14 +43,13 @@ class WindowedDecoder:
             raise EdgeError(f"the ramp {list(ramp)} with context {context_frames} needs programs {missing}; none given")
         self.runners = dict(runners)
         self.context_frames = context_frames
-        self.num_quantizers, self.codebook_size = num_quantizers, codebook_size
-        self.hop, self.sample_rate = samples_per_frame, sample_rate
+        self.codec = codec
         self.reset()
 
     def reset(self) -> None:
         """Forget the stream: no history, no pending frames, back to the start of the ramp."""
-        self._history = np.zeros((0, self.num_quantizers), dtype=np.int64)
-        self._pending = np.zeros((0, self.num_quantizers), dtype=np.int64)
+        self._history = np.zeros((0, self.codec.num_quantizers), dtype=np.int64)
+        self._pending = np.zeros((0, self.codec.num_quantizers), dtype=np.int64)
         self._chunk_index = 0
         self._position = 0
 
@@ -79,7 +68,9 @@ class WindowedDecoder:
 
     def feed(self, frames: np.ndarray) -> np.ndarray:
         """Queue ``frames`` and decode every whole chunk now possible; returns the new PCM (maybe empty)."""
-        frames = check_frames(frames, self.num_quantizers, self.codebook_size, self._position + len(self._pending))
+        frames = check_frames(
+            frames, self.codec.num_quantizers, self.codec.codebook_size, self._position + len(self._pending)
+        )
         self._pending = np.concatenate([self._pending, frames])
         pieces = []
         while len(self._pending) >= self.next_window.chunk_frames:
@@ -93,7 +84,7 @@ class WindowedDecoder:
         audio = np.zeros(0, dtype=np.float32)
         if len(self._pending):
             real = len(self._pending)
-            chunk = np.zeros((self.next_window.chunk_frames, self.num_quantizers), dtype=np.int64)
+            chunk = np.zeros((self.next_window.chunk_frames, self.codec.num_quantizers), dtype=np.int64)
             chunk[:real] = self._pending
             audio = self._decode_chunk(chunk, real)
         self.reset()
@@ -107,11 +98,11 @@ class WindowedDecoder:
             )
         frames = np.concatenate([self._history, chunk])
         audio = np.asarray(self.runners[window].run(np.ascontiguousarray(frames.T[None])), dtype=np.float32).ravel()
-        expected = window.chunk_frames * self.hop
+        expected = window.chunk_frames * self.codec.samples_per_frame
         if audio.shape != (expected,):
             raise EdgeError(f"program {window.name} returned {audio.size} samples, expected {expected}")
         real = frames[: window.context_frames + real_frames]
         self._history = real[max(0, len(real) - self.context_frames) :]
         self._position += real_frames
         self._chunk_index += 1
-        return audio[: real_frames * self.hop]
+        return audio[: real_frames * self.codec.samples_per_frame]

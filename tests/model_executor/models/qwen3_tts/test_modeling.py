@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from tests.conftest import random_codes
+from vllm_omni.edge.testing.codes import random_codes
 from vllm_omni.edge.testing.random_weights import random_decoder_state
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
     InvalidCodesError,
@@ -11,25 +11,6 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
     SnakeBeta,
     sliding_window_mask,
-)
-
-# Odd on purpose: no GQA, no ConvNeXt upsampling stage at all, GELU MLP, three decoder layers.
-ODD_GEOMETRY = Qwen3TTSTokenizerV2DecoderConfig(
-    codebook_size=512,
-    codebook_dim=32,
-    num_quantizers=4,
-    hidden_size=48,
-    head_dim=16,
-    num_attention_heads=3,
-    num_key_value_heads=3,
-    intermediate_size=64,
-    num_hidden_layers=3,
-    sliding_window=5,
-    hidden_act="gelu",
-    latent_dim=40,
-    decoder_dim=32,
-    upsampling_ratios=(),
-    upsample_rates=(5, 2),
 )
 
 
@@ -48,8 +29,8 @@ def test_output_is_one_channel_of_total_upsample_samples_per_frame(small_decoder
     assert audio.abs().max() <= 1.0
 
 
-def test_any_geometry_decodes_including_one_without_convnext_upsampling():
-    decoder = random_decoder(ODD_GEOMETRY)
+def test_any_geometry_decodes_including_one_without_convnext_upsampling(odd_geometry):
+    decoder = random_decoder(odd_geometry)
     codes = random_codes(9, num_quantizers=4, codebook_size=512)
     with torch.no_grad():
         audio = decoder(torch.cat([codes, codes.flip(-1)]))
@@ -84,7 +65,7 @@ def test_transformer_receptive_field_is_layers_times_window_minus_one(small_deco
 
 
 def test_precomputed_snake_constants_give_identical_audio_and_reset_on_load(small_checkpoint):
-    from vllm_omni.edge.decoder_export import load_code2wav_decoder
+    from vllm_omni.edge.checkpoint import load_code2wav_decoder
 
     decoder = load_code2wav_decoder(small_checkpoint)
     codes = random_codes(6)

@@ -1,6 +1,6 @@
 """Typed errors of the 12 Hz speech-tokenizer decoder.
 
-Both derive from ``ValueError`` so callers that only know the standard library still catch them.
+All derive from ``ValueError`` so callers that only know the standard library still catch them.
 """
 
 
@@ -10,3 +10,7 @@ class DecoderConfigError(ValueError):
 
 class InvalidCodesError(ValueError):
     """Codec codes handed to the decoder do not fit its contract (rank, codebooks, dtype, range)."""
+
+
+class DecoderWeightsError(ValueError):
+    """Checkpoint tensors that do not fit the decoder built from its config (names, shapes, values)."""

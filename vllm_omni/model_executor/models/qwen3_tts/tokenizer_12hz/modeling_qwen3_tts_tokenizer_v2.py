@@ -6,7 +6,7 @@ names (less the ``decoder.`` prefix), so ``speech_tokenizer/model.safetensors`` 
 Written for export: attention uses an explicit banded causal mask built from ``arange`` (no
 transformers mask utilities, no cache objects), every loop runs over modules (never over data),
 and the only data-dependent checks sit in :meth:`Qwen3TTSTokenizerV2Decoder.forward`, outside the
-traced :meth:`~Qwen3TTSTokenizerV2Decoder._forward_exact`. ``torch.export``, ExecuTorch lowering and
+traced :meth:`~Qwen3TTSTokenizerV2Decoder.decode_unchecked`. ``torch.export``, ExecuTorch lowering and
 the legacy ONNX exporter all take it.
 
 Pipeline (shapes for one sequence of ``T`` frames, released sizes in brackets):
@@ -17,12 +17,14 @@ Pipeline (shapes for one sequence of ``T`` frames, released sizes in brackets):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2DecoderConfig
-from .errors import InvalidCodesError
+from .errors import DecoderWeightsError, InvalidCodesError
 
 # ----------------------------------------------------------------------------------------------
 # Convolutions
@@ -432,6 +434,48 @@ class Qwen3TTSTokenizerV2Decoder(nn.Module):
                     f"(first bad at [batch, codebook, frame] = {bad}, value {int(codes[tuple(bad)])})"
                 )
 
+    # -- weights -------------------------------------------------------------------------------
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Copy ``weights`` (decoder-relative names: the checkpoint's less ``decoder.``); return the names loaded.
+
+        Every parameter must be present with its exact shape and no extra tensor may exist: anything
+        else means the checkpoint and the config disagree, and a partial load would decode noise.
+        Raises :class:`DecoderWeightsError` naming each problem (at most 20 names of each kind).
+        """
+        tensors = dict(weights)
+        expected = self.state_dict()
+        missing = sorted(set(expected) - set(tensors))
+        unexpected = sorted(set(tensors) - set(expected))
+        misshapen = sorted(
+            f"{name}: expected {list(expected[name].shape)}, found {list(tensors[name].shape)}"
+            for name in set(expected) & set(tensors)
+            if tuple(expected[name].shape) != tuple(tensors[name].shape)
+        )
+        problems = []
+        if missing:
+            problems.append(f"missing {len(missing)} tensor(s): " + ", ".join(f"decoder.{n}" for n in missing[:20]))
+        if unexpected:
+            problems.append(
+                f"unexpected {len(unexpected)} tensor(s): " + ", ".join(f"decoder.{n}" for n in unexpected[:20])
+            )
+        if misshapen:
+            problems.append(
+                f"{len(misshapen)} tensor(s) with the wrong shape: decoder." + "; decoder.".join(misshapen[:20])
+            )
+        if problems:
+            raise DecoderWeightsError(
+                "the checkpoint's decoder weights do not match speech_tokenizer/config.json: "
+                + " | ".join(problems)
+                + ". Use the config.json that came with these weights."
+            )
+        for name, tensor in tensors.items():
+            if not (tensor.dtype.is_floating_point and torch.isfinite(tensor).all()):
+                kind = "non-finite values" if tensor.dtype.is_floating_point else f"dtype {tensor.dtype}"
+                raise DecoderWeightsError(f"decoder.{name} has {kind}; expected finite floating-point weights")
+        self.load_state_dict(tensors, strict=True)
+        return set(tensors)
+
     # -- decode --------------------------------------------------------------------------------
 
     @torch.no_grad()
@@ -441,7 +485,7 @@ class Qwen3TTSTokenizerV2Decoder(nn.Module):
             if isinstance(module, SnakeBeta):
                 module.precompute()
 
-    def _forward_exact(self, codes: torch.Tensor) -> torch.Tensor:
+    def decode_unchecked(self, codes: torch.Tensor) -> torch.Tensor:
         """The stateless full decode of ``int64[B, Q, T]`` -> ``float[B, 1, T * total_upsample]``.
 
         No input checks (they would read the data): this is the function export wrappers trace.
@@ -456,10 +500,10 @@ class Qwen3TTSTokenizerV2Decoder(nn.Module):
         return hidden.clamp(min=-1.0, max=1.0)
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        """Checked full decode; see :meth:`_forward_exact`. Value checks are skipped while tracing."""
+        """Checked full decode; see :meth:`decode_unchecked`. Value checks are skipped while tracing."""
         tracing = torch.jit.is_tracing() or torch.compiler.is_compiling()
         self.check_codes(codes, check_values=not tracing)
-        return self._forward_exact(codes)
+        return self.decode_unchecked(codes)
 
     @torch.no_grad()
     def chunked_decode(self, codes: torch.Tensor, chunk_size: int = 300, left_context_size: int = 25) -> torch.Tensor:
@@ -479,7 +523,7 @@ class Qwen3TTSTokenizerV2Decoder(nn.Module):
         for start in range(0, frames, chunk_size):
             end = min(start + chunk_size, frames)
             context = min(left_context_size, start)
-            audio = self._forward_exact(codes[..., start - context : end])
+            audio = self.decode_unchecked(codes[..., start - context : end])
             pieces.append(audio[..., context * self.total_upsample :])
         return torch.cat(pieces, dim=-1)
 

@@ -1,0 +1,181 @@
+"""rockchip_npu: compile step graphs with rknn-toolkit2 2.5.0 (converter venv) and check them in its simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CONVERTER = ("-m", "vllm_omni.edge.cli.rknn_convert")
+CONVERTER_PYTHON = REPO_ROOT / ".venv-rknn" / "bin" / "python"
+
+
+def prepare(*args, python: Path | str = CONVERTER_PYTHON, env=None) -> subprocess.CompletedProcess:
+    if python == CONVERTER_PYTHON and not CONVERTER_PYTHON.exists():
+        pytest.fail("the converter venv is missing: run `make setup-rknn` (make test does)")
+    return subprocess.run(
+        [str(python), *CONVERTER, *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=env,
+        timeout=900,
+    )
+
+
+def edge_build(*args) -> subprocess.CompletedProcess:
+    """`python -m vllm_omni.edge build` from the main venv: ONNX export here, compile in the converter venv."""
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_omni.edge", "build", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=900,
+    )
+
+
+@pytest.fixture(scope="module")
+def compiled(small_checkpoint, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """rockchip_npu: main step B=4 and first step B=2 for rk3588, checked in the simulator with one cache."""
+    if not CONVERTER_PYTHON.exists():
+        pytest.fail("the converter venv is missing: run `make setup-rknn` (make test does)")
+    out = tmp_path_factory.mktemp("rknn")
+    result = edge_build(
+        "--hardware", "rockchip_npu", "--model", small_checkpoint, "--out", out,
+        "--step-frames", 4, "--first-step-frames", 2, "--target", "rk3588",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out, result
+
+
+def test_two_step_sizes_sharing_a_cache_pass_the_simulator_check(compiled):
+    out, _ = compiled
+    report = json.loads((out / "step_b4.report.json").read_text())
+    check = report["simulator_check"]
+    assert report["toolkit_version"] == "2.5.0" and report["target"] == "rk3588"
+    assert check["passed"] and check["steps"] == [2, 4, 4, 4]
+    assert check["snr_db_vs_full_decode"] >= 40
+    assert min(check["per_step_snr_db"]) >= 40
+    assert check["onnxruntime_snr_db_vs_full_decode"] > 90  # the graph itself is exact; fp16 is the NPU's
+    for role in ("main", "first"):
+        engine = report["engines"][role]
+        assert Path(engine["path"]).is_file() and engine["size_bytes"] > 0
+        assert isinstance(engine["regtask_warnings"], int) and Path(engine["log_path"]).is_file()
+    assert not list(out.glob(".*partial*"))
+
+
+def test_the_exec_plan_names_both_artifacts_with_their_contracts_and_sources(compiled):
+    from vllm_omni.edge.plan import ExecPlan
+
+    out, result = compiled
+    plan = ExecPlan.load(out)
+    assert plan.speech_decoder == {
+        "impl": "rknn",
+        "artifacts": {"main": "/data/qwen3-tts/step_b4.rknn", "first": "/data/qwen3-tts/step_b2.rknn"},
+    }
+    assert (plan.hardware_class, plan.target, plan.codec.samples_per_frame, plan.dtype) == (
+        "rockchip_npu",
+        "rk3588",
+        48,
+        "fp16",
+    )
+    main, first = plan.artifacts["main"], plan.artifacts["first"]
+    assert main.contract["step_frames"] == 4 and first.contract["step_frames"] == 2
+    assert main.contract["cache_numel"] == first.contract["cache_numel"] == 7808
+    assert main.contract["inputs"]["audio_codes"] == [1, 16, 4]
+    assert (main.source["file"], first.source["file"]) == ("step_b4.onnx", "step_b2.onnx")
+    assert main.verification["snr_db"] >= 40 and len(plan.model["checkpoint_sha256"]) == 64
+    assert "--session-option 'qwen3_tts.exec_plan=" in result.stderr and "adb push" in result.stderr
+    assert "hardware class rockchip_npu (target rk3588)" in result.stdout
+
+
+def test_a_recorded_stream_through_the_edge_client_in_the_simulator_matches_the_full_decode(
+    compiled, small_decoder, tmp_path
+):
+    """The client with the plan's RKNN decoder, the rknn-toolkit2 simulator standing in for the board."""
+    import wave
+
+    import numpy as np
+    import torch
+
+    from vllm_omni.edge.audio import snr_db
+    from vllm_omni.edge.plan import ExecPlan
+    from vllm_omni.edge.testing.streams import recording, segment_messages
+
+    out, _ = compiled
+    plan = ExecPlan.load(out)
+    frames = np.random.default_rng(11).integers(0, 2048, size=(15, 16), dtype=np.int64)
+    (tmp_path / "stream.qcs").write_bytes(recording(segment_messages(plan, [frames], per_message=5)))
+    command = [str(CONVERTER_PYTHON), "-m", "vllm_omni.edge.client", "--stream", str(tmp_path / "stream.qcs")]
+    command += ["--plan", str(out), "--rknn-runtime", "simulator", "--out", str(tmp_path / "rk.wav")]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with wave.open(str(tmp_path / "rk.wav")) as handle:
+        audio = np.frombuffer(handle.readframes(handle.getnframes()), dtype="<i2") / 32767.0
+    with torch.inference_mode():
+        reference = small_decoder(torch.from_numpy(frames.T[None].copy()))[0, 0].numpy()
+    assert snr_db(reference, audio) >= 40
+    assert "15 frames" in result.stderr and "first audio after" in result.stderr
+
+
+def test_a_rebuild_keeps_the_compiled_steps(compiled, small_checkpoint):
+    out, _ = compiled
+    result = edge_build(
+        "--hardware", "rockchip_npu", "--model", small_checkpoint, "--out", out,
+        "--step-frames", 4, "--first-step-frames", 2, "--no-check",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "kept the rk3588 .rknn steps" in result.stderr and "compiling" not in result.stderr
+
+
+def test_an_existing_graph_compiles_alone_and_is_checked_against_onnxruntime(compiled, tmp_path):
+    out, _ = compiled
+    graph = shutil.copy(out / "step_b4.onnx", tmp_path / "given.onnx")
+    result = prepare("--onnx", graph, "--output", tmp_path / "given.rknn")
+    assert result.returncode == 0, result.stderr[-3000:]
+    check = json.loads((tmp_path / "given.report.json").read_text())["simulator_check"]
+    assert check["passed"] and check["snr_db_vs_onnxruntime"] >= 40 and "snr_db_vs_full_decode" not in check
+    plan = json.loads((tmp_path / "exec_plan.json").read_text())
+    assert plan["artifacts"]["main"]["contract"]["head_dim"] == 32 and plan["model"]["checkpoint_sha256"] is None
+    assert "on the RKNN risk list" in result.stderr and "installed: 2.5.0" in result.stderr
+
+
+def test_a_non_step_onnx_is_one_clear_line(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "not_a_step",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    onnx.save(helper.make_model(graph), tmp_path / "relu.onnx")
+    result = prepare("--onnx", tmp_path / "relu.onnx", "--output", tmp_path / "relu.rknn")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1
+    assert "is not a Qwen3-TTS stateful step graph" in errors[0] and "Traceback" not in result.stderr
+    assert not (tmp_path / "relu.rknn").exists()
+
+
+def test_unknown_target_and_unwritable_output_fail_in_one_line(tmp_path):
+    result = prepare("--onnx", tmp_path / "x.onnx", "--target", "rk9999", "--output", tmp_path / "x.rknn")
+    assert result.returncode == 2 and "invalid choice: 'rk9999'" in result.stderr
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    result = prepare("--onnx", tmp_path / "x.onnx", "--output", blocker / "sub" / "x.rknn")
+    assert result.returncode == 2 and "cannot create the output directory" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_without_the_converter_venv_the_full_path_says_how_to_make_it(small_checkpoint, tmp_path):
+    env = {**os.environ, "QWEN3_TTS_MODEL": str(small_checkpoint)}
+    result = prepare("--codes-length", 2, "--output", tmp_path / "step.rknn", python=sys.executable, env=env)
+    assert result.returncode == 1 and "make setup-rknn" in result.stderr and ".venv-rknn/bin/python" in result.stderr
+    assert not (tmp_path / "step.onnx").exists()  # refused before any export work

@@ -1,0 +1,154 @@
+"""Execution plans: validation names the artifact and field; a plan's decoder matches the full decode."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vllm_omni.edge.audio import snr_db
+from vllm_omni.edge.cli.main import main as edge_main
+from vllm_omni.edge.plan import PLAN_NAME, ExecPlan, ExecPlanError, session_option
+from vllm_omni.edge.plan.model import _plan_digest
+from vllm_omni.edge.runtime.open import open_decoder
+from vllm_omni.edge.testing.codes import random_codes
+
+
+@pytest.fixture
+def plan_copy(cpu_plan, tmp_path) -> Path:
+    return Path(shutil.copytree(cpu_plan, tmp_path / "plan"))
+
+
+def edit_plan(directory: Path, change, rehash: bool = True) -> None:
+    """Change the plan JSON; by default keep its plan_id right so the check under test is the one that fires."""
+    path = directory / PLAN_NAME
+    payload = json.loads(path.read_text())
+    change(payload)
+    if rehash:
+        payload["plan_id"] = _plan_digest({k: v for k, v in payload.items() if k != "plan_id"})
+    path.write_text(json.dumps(payload))
+
+
+def load_error(directory: Path) -> str:
+    with pytest.raises(ExecPlanError) as caught:
+        ExecPlan.load(directory)
+    return str(caught.value)
+
+
+def full_decode(small_decoder, frames: np.ndarray) -> np.ndarray:
+    with torch.inference_mode():
+        return small_decoder(torch.from_numpy(frames.T[None].copy()))[0, 0].numpy()
+
+
+def test_the_cpu_plan_validates_and_names_its_steps(cpu_plan):
+    plan = ExecPlan.load(cpu_plan)
+    assert (plan.hardware_class, plan.graph_kind, plan.backend, plan.dtype) == (
+        "cpu_x86_64",
+        "stateful",
+        "onnxruntime",
+        "fp32",
+    )
+    assert set(plan.artifacts) == {"main", "first"}
+    assert plan.step_contract("main").step_frames == 4 and plan.step_contract("first").step_frames == 2
+    assert plan.artifacts["main"].verification["snr_db"] > 90
+    assert plan.speech_decoder == {
+        "impl": "onnxruntime",
+        "artifacts": {"main": "/data/qwen3-tts/step_b4.onnx", "first": "/data/qwen3-tts/step_b2.onnx"},
+    }
+    assert session_option(plan).startswith('qwen3_tts.exec_plan={"speech_decoder":{"impl":"onnxruntime"')
+    assert len(plan.model["checkpoint_sha256"]) == 64 and plan.model["geometry"]["num_quantizers"] == 16
+
+
+def test_decoding_through_the_cpu_plan_equals_the_full_decode(cpu_plan, small_decoder):
+    frames = random_codes(23, 16, 2048, seed=5)[0].T.numpy().copy()
+    decoder = open_decoder(cpu_plan)
+    pieces = [decoder.feed(frames[:3]), decoder.feed(frames[3:11]), decoder.feed(frames[11:]), decoder.flush()]
+    assert snr_db(full_decode(small_decoder, frames), np.concatenate(pieces)) >= 90
+
+
+def test_a_tampered_artifact_fails_naming_it_and_the_field(plan_copy):
+    data = bytearray((plan_copy / "step_b4.onnx").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (plan_copy / "step_b4.onnx").write_bytes(bytes(data))
+    message = load_error(plan_copy)
+    assert "artifacts.main.sha256" in message and "step_b4.onnx" in message and "rebuild" in message
+    with pytest.raises(ExecPlanError, match="artifacts.main.sha256"):
+        open_decoder(plan_copy)  # a runtime never sees the file
+
+
+def test_a_missing_or_truncated_file_fails_naming_it(plan_copy):
+    (plan_copy / "step_b2.onnx").unlink()
+    assert "artifacts.first.file: step_b2.onnx is missing" in load_error(plan_copy)
+    shutil.copyfile(plan_copy / "step_b4.onnx", plan_copy / "step_b2.onnx")
+    assert "artifacts.first.size_bytes: the plan says" in load_error(plan_copy)  # B=4 and B=2 graphs differ in size
+
+
+def test_an_unknown_schema_version_or_schema_is_refused(plan_copy):
+    edit_plan(plan_copy, lambda p: p.update(schema_version=3))
+    assert "schema_version: 3 is not one this reader knows (2)" in load_error(plan_copy)
+    edit_plan(plan_copy, lambda p: p.update(schema="someone-else/plan", schema_version=2))
+    assert "schema: expected 'vllm-omni-edge/exec-plan'" in load_error(plan_copy)
+
+
+def test_schema_violations_name_the_field(plan_copy):
+    edit_plan(plan_copy, lambda p: p["artifacts"]["main"].update(size_bytes="big"))
+    assert "artifacts.main.size_bytes: 'big' is not of type 'integer'" in load_error(plan_copy)
+
+
+def test_inconsistent_contracts_fail_naming_the_field(plan_copy):
+    def other_cache(payload):
+        payload["artifacts"]["first"]["contract"]["cache_numel"] += 8
+        payload["artifacts"]["first"]["contract"]["outputs"]["cache_out"] = [7816]
+        payload["artifacts"]["first"]["contract"]["inputs"]["cache_in"] = [7816]
+
+    edit_plan(plan_copy, other_cache)
+    message = load_error(plan_copy)
+    assert "artifacts.first.contract" in message and "cache_numel" in message
+
+
+def test_contract_shapes_must_follow_from_the_step_size(plan_copy):
+    edit_plan(plan_copy, lambda p: p["artifacts"]["main"]["contract"]["inputs"].update(audio_codes=[1, 16, 5]))
+    assert "artifacts.main.contract.inputs" in load_error(plan_copy)
+
+
+def test_contracts_must_match_the_geometry(plan_copy):
+    edit_plan(plan_copy, lambda p: p.update(num_quantizers=8))
+    assert "artifacts.main.contract: num_quantizers is 16, the plan's geometry says 8" in load_error(plan_copy)
+
+
+def test_a_hand_edited_plan_fails_its_id(plan_copy):
+    edit_plan(plan_copy, lambda p: p.update(device_dir="/elsewhere"), rehash=False)
+    assert "plan_id" in load_error(plan_copy)
+
+
+def test_plan_validate_and_show_on_the_command_line(cpu_plan, plan_copy, capsys):
+    assert edge_main(["plan", "validate", str(cpu_plan)]) == 0
+    assert "valid: plan" in capsys.readouterr().out
+    assert edge_main(["plan", "show", str(cpu_plan)]) == 0
+    shown = capsys.readouterr().out
+    assert "hardware class cpu_x86_64" in shown and "step_b4.onnx" in shown and "B=4 N=7808" in shown
+    (plan_copy / "step_b4.onnx").write_bytes(b"not a graph")
+    assert edge_main(["plan", "validate", str(plan_copy)]) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "artifacts.main.size_bytes" in errors[0]
+
+
+def test_a_rebuild_keeps_intact_graphs_and_redoes_a_damaged_one(
+    small_checkpoint, plan_copy, capsys, edge_args, build_plan
+):
+    before = ExecPlan.load(plan_copy)
+    (plan_copy / "step_b2.onnx").write_bytes(b"damaged")
+    build_plan(small_checkpoint, plan_copy, "cpu_x86_64", *edge_args["step"])
+    log = capsys.readouterr().err
+    assert "kept step_b4.onnx" in log and "exporting step_b2.onnx" in log
+    after = ExecPlan.load(plan_copy)
+    assert after.artifacts["main"].sha256 == before.artifacts["main"].sha256
+
+
+def test_a_malformed_step_contract_is_an_error_naming_it(plan_copy):
+    edit_plan(plan_copy, lambda p: p["artifacts"]["main"]["contract"].update(cache_layout=[["x"]], head_dim="big"))
+    assert "artifacts.main.contract" in load_error(plan_copy)

@@ -1,0 +1,76 @@
+"""Builders: produce, verify and describe every artifact of a hardware class, then write its plan.
+
+Each builder is called as ``builder(hardware_class, request) -> ExecPlan`` (the class names it as
+``module:function``) and is resumable: an artifact already in ``out_dir`` whose recorded sha256
+still matches (and was built from the same checkpoint) is kept and checked again instead of
+rebuilt. The plan is written last, and only after it validates against the files.
+
+- :func:`build_windowed`: ExecuTorch (or ``.pt2``) windowed programs via :mod:`.windowed`;
+- :func:`build_onnx_steps`: stateful ONNX step graphs, each checked in onnxruntime against the full decode;
+- :func:`~.rockchip.build_rknn`: the same ONNX steps, compiled to fp16 ``.rknn`` and checked in the
+  rknn-toolkit2 simulator in the converter venv.
+"""
+
+from __future__ import annotations
+
+from ..hardware.registry import HardwareClass
+from ..plan.construct import StepArtifact, stateful_plan, windowed_plan
+from ..plan.model import ExecPlan
+from .request import BuildRequest, class_default
+from .state import tool_versions
+from .steps import export_steps
+from .windowed import WindowedExportRequest, export_windowed_programs
+
+
+def build_windowed(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
+    manifest = export_windowed_programs(
+        WindowedExportRequest(
+            model=request.model,
+            out_dir=request.out_dir,
+            ramp=tuple(class_default(request.ramp, hardware_class, "ramp")),
+            context_frames=class_default(request.context_frames, hardware_class, "context_frames"),
+            backend=hardware_class.backend,
+            partitioner=class_default(request.partitioner, hardware_class, "partitioner"),
+            dtype=hardware_class.dtype,
+            check=request.check,
+        ),
+        progress=request.progress,
+    )
+    plan = windowed_plan(manifest, hardware_class=hardware_class.name, device_dir=request.device_dir)
+    return write_and_load(plan, request)
+
+
+def build_onnx_steps(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
+    graphs, model = export_steps(hardware_class, request)
+    steps = {
+        role: StepArtifact(
+            path=path,
+            contract=contract,
+            verification=None if snr is None else {"runtime": "onnxruntime", "against": "full decode", "snr_db": snr},
+        )
+        for role, (path, contract, snr) in graphs.items()
+    }
+    plan = stateful_plan(
+        hardware_class=hardware_class.name,
+        backend=hardware_class.backend,
+        dtype=hardware_class.dtype,
+        model=model,
+        directory=request.out_dir,
+        steps=steps,
+        device_dir=request.device_dir,
+        build={"tools": tool_versions("onnx", "onnxruntime", "torch")},
+    )
+    return write_and_load(plan, request)
+
+
+def write_and_load(plan: ExecPlan, request: BuildRequest) -> ExecPlan:
+    """Write ``plan`` into ``request.out_dir`` and read it back through full validation (but the sha256s)."""
+    path = plan.write(request.out_dir)
+    loaded = ExecPlan.load(path, check_sha256=False)  # sha256s were computed from these files in this build
+    request.progress(f"wrote {path}: plan {loaded.plan_id[:12]}, {len(loaded.artifacts)} artifacts, validated")
+    return loaded
+
+
+def build(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
+    """Build every artifact of ``hardware_class`` and return its validated plan."""
+    return hardware_class.load_builder()(hardware_class, request)

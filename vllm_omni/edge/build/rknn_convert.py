@@ -1,0 +1,367 @@
+"""Compile the stateful step graph(s) to fp16 ``.rknn``, check them in the simulator, write the plan.
+
+Runs where rknn-toolkit2 is installed, the converter venv (``make setup-rknn``); its command line
+is :mod:`vllm_omni.edge.cli.rknn_convert`::
+
+    .venv-rknn/bin/python -m vllm_omni.edge.cli.rknn_convert --model-dir CKPT \
+        --codes-length 16 --first-codes-length 2 --target rk3588 --output out/rknn/step_b16.rknn
+    .venv-rknn/bin/python -m vllm_omni.edge.cli.rknn_convert --onnx step_b16.onnx \
+        --output out/rknn/step_b16.rknn                      # compile an existing step graph alone
+
+ONNX only (either venv): ``--skip-rknn`` exports the checked ONNX step graph and stops,
+``--check-only`` re-runs the check of an existing one.
+
+The simulator check streams at least 3 steps from a zero cache (the first step through the
+``first`` graph when there is one, the rest through ``main``, one shared cache) and compares with
+onnxruntime on the same graphs and, when the checkpoint is at hand, with the full decode. The
+fp16 bar is 40 dB against the full decode (against onnxruntime with ``--onnx`` alone); missing it
+raises :class:`SimulatorCheckError` and keeps ``accuracy_analysis`` beside the output.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..audio import snr_db
+from ..backends.onnx import graph_contract, op_report
+from ..backends.onnxruntime import OnnxStepRunner
+from ..backends.rknn import BuiltEngine, RknnBuildError, build_engine, require_toolkit, toolkit_version
+from ..backends.rknn_runtime import RknnSimulatorStepRunner
+from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
+from ..errors import EdgeError, EdgeExportError
+from ..graphs.step_contract import StepContractError
+from ..plan.construct import StepArtifact, stateful_plan
+from ..plan.model import DEFAULT_DEVICE_DIR, ExecPlan
+from ..runtime.stateful_decoder import StatefulDecoder
+from .steps import check_step_graph, export_checked_step
+
+logger = logging.getLogger(__name__)
+
+SIMULATOR_BAR_DB = 40.0
+# What a failed conversion reports in its JSON outcome (``status``), and how the builder says it.
+OUTCOME_REASONS = {
+    "usage": "the converter refused its arguments",
+    "below_bar": "the simulator check missed its bar",
+    "failed": "a conversion stage failed",
+}
+
+
+class ConvertUsageError(EdgeError):
+    """Arguments that cannot make a conversion (sizes, a missing checkpoint, an unwritable output)."""
+
+
+class SimulatorCheckError(EdgeExportError):
+    """The simulator's audio missed the fp16 bar; the report and ``accuracy_analysis`` stay beside the output."""
+
+    def __init__(self, verdict: str, report_path: Path):
+        self.report_path = report_path
+        super().__init__(f"{verdict} (report: {report_path})")
+
+
+@dataclass(frozen=True)
+class ConvertRequest:
+    """One conversion; the fields are the command line's options (:mod:`vllm_omni.edge.cli.rknn_convert`)."""
+
+    output: Path
+    model_dir: str | None = None
+    onnx: Path | None = None
+    first_onnx: Path | None = None
+    codes_length: int = 16
+    first_codes_length: int | None = None
+    target: str = "rk3588"
+    opt_level: int = 3
+    opset: int = 17
+    skip_rknn: bool = False
+    check_only: bool = False
+    device_dir: str = DEFAULT_DEVICE_DIR
+    check_steps: int = 3
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    """A finished conversion: the plan written beside the ``.rknn`` files, the report and the check."""
+
+    plan: ExecPlan
+    plan_path: Path
+    report_path: Path
+    check: dict[str, Any]
+
+
+def say(message: str) -> None:
+    print(f"[rknn] {message}", file=sys.stderr, flush=True)
+
+
+def onnx_paths(args: ConvertRequest) -> tuple[Path, Path | None]:
+    base = args.output if args.output.suffix == ".onnx" else args.output.with_suffix(".onnx")
+    first = base.with_name(f"{base.stem}_first_b{args.first_codes_length}.onnx") if args.first_codes_length else None
+    return base, first
+
+
+def check_writable(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConvertUsageError(f"cannot create the output directory {directory}: {exc.strerror}") from exc
+    if not os.access(directory, os.W_OK):
+        raise ConvertUsageError(f"the output directory {directory} is not writable; choose another --output")
+
+
+def run(args: ConvertRequest, report: Callable[[str], None] = logger.info) -> ConvertResult | None:
+    """Convert as ``args`` asks; ``None`` when it stops before compiling (``skip_rknn``, ``check_only``).
+
+    ``report`` receives the result lines (graph contracts, check numbers); progress goes to stderr.
+    """
+    if args.codes_length < 1 or (args.first_codes_length is not None and args.first_codes_length < 1):
+        raise ConvertUsageError("--codes-length and --first-codes-length must be >= 1")
+    if args.check_steps < 3:
+        raise ConvertUsageError(
+            f"--check-steps must be >= 3 (the check streams through the cache), found {args.check_steps}"
+        )
+    compile_rknn = not (args.skip_rknn or args.check_only)
+    if args.onnx is None and not args.model_dir:
+        raise ConvertUsageError(
+            "no checkpoint: pass --model-dir DIR_OR_HUB_ID, set QWEN3_TTS_MODEL, or give --onnx FILE"
+        )
+    if compile_rknn and args.output.suffix not in (".rknn", ".onnx"):
+        raise ConvertUsageError(f"--output must end in .rknn (or .onnx), found {args.output.name}")
+    if compile_rknn:
+        require_toolkit()  # before any export work: say how to make the converter venv
+    check_writable(args.output.parent)
+
+    decoder = load_code2wav_decoder(args.model_dir) if args.model_dir else None
+    graphs = existing_graphs(args) if args.onnx else export_graphs(args, decoder, report)
+    if not compile_rknn:
+        return None
+    return compile_and_check(args, graphs, decoder)
+
+
+def existing_graphs(args: ConvertRequest) -> dict[str, Path]:
+    graphs = {"main": args.onnx}
+    if args.first_onnx:
+        graphs["first"] = args.first_onnx
+    for path in graphs.values():
+        if not path.is_file():
+            raise ConvertUsageError(f"no ONNX file at {path}")
+    return graphs
+
+
+def export_graphs(args: ConvertRequest, decoder, report: Callable[[str], None]) -> dict[str, Path]:
+    main_path, first_path = onnx_paths(args)
+    graphs = {"main": main_path} | ({"first": first_path} if first_path else {})
+    sizes = {"main": args.codes_length, "first": args.first_codes_length}
+    for role, path in graphs.items():
+        if args.check_only:
+            snr = check_step_graph(decoder, path)
+            report(f"{path}: onnxruntime stepwise vs full decode {snr:.1f} dB")
+            continue
+        export_checked_step(decoder, sizes[role], path, opset=args.opset)
+        contract = graph_contract(path)
+        report(
+            f"{path}: B={contract.step_frames} N={contract.cache_numel} head_dim={contract.head_dim} "
+            f"({path.stat().st_size / 1e6:.1f} MB)"
+        )
+    return graphs
+
+
+def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) -> ConvertResult:
+    contracts = {}
+    for role, path in graphs.items():
+        try:
+            contracts[role] = graph_contract(path)
+        except StepContractError as exc:
+            raise ConvertUsageError(f"--onnx {path} is not a Qwen3-TTS stateful step graph: {exc}") from exc
+        report = op_report(path)
+        if report.risky:
+            say(
+                f"warning: {path.name} has ops on the RKNN risk list ({', '.join(sorted(report.risky))}); "
+                f"rknn-toolkit2 2.3.x aborted on such graphs, 2.5.0 converted them in a probe; installed: "
+                f"{toolkit_version()}"
+            )
+    if "first" in contracts and not contracts["first"].shares_cache_with(contracts["main"]):
+        raise ConvertUsageError(
+            "the first and main graphs do not share a cache layout; export both from one checkpoint"
+        )
+    rknn_main = args.output if args.output.suffix == ".rknn" else args.output.with_suffix(".rknn")
+    outputs = {"main": rknn_main}
+    if "first" in graphs:
+        outputs["first"] = rknn_main.with_name(graphs["first"].with_suffix(".rknn").name)
+
+    engines: dict[str, BuiltEngine] = {}
+    try:
+        for role, path in graphs.items():
+            contract = contracts[role]
+            say(f"compiling {path.name} (B={contract.step_frames}, N={contract.cache_numel}) for {args.target}, fp16")
+            engines[role] = build_engine(
+                path,
+                outputs[role],
+                target=args.target,
+                opt_level=args.opt_level,
+                simulate=True,
+                inputs=contract.input_shapes(),
+                outputs=contract.output_shapes(),
+            )
+            report = engines[role].report
+            say(
+                f"  {outputs[role].name}: {report.size_bytes / 1e6:.1f} MB in {report.build_seconds:.1f} s; "
+                f"REGTASK bit-width warnings: {report.regtask_warnings} (log: {report.log_path})"
+            )
+        check = simulator_check(args, graphs, contracts, engines, decoder)
+    finally:
+        for engine in engines.values():
+            engine.release()
+
+    report_path = rknn_main.with_name(rknn_main.stem + ".report.json")
+    report_path.write_text(
+        json.dumps(
+            {
+                "toolkit_version": toolkit_version(),
+                "target": args.target,
+                "engines": {role: vars(engine.report) for role, engine in engines.items()},
+                "simulator_check": check,
+            },
+            indent=2,
+        )
+    )
+    if not check["passed"]:
+        raise SimulatorCheckError(check["verdict"], report_path)
+    plan, plan_path = write_plan(args, graphs, contracts, engines, check)
+    return ConvertResult(plan, plan_path, report_path, check)
+
+
+def simulator_check(args, graphs, contracts, engines, decoder) -> dict:
+    """Stream >= 3 steps through the simulator from a zero cache; compare with onnxruntime and the full decode."""
+    main = contracts["main"]
+    first_frames = contracts["first"].step_frames if "first" in contracts else 0
+    frames = first_frames + args.check_steps * main.step_frames
+    rng = np.random.default_rng(1234)
+    codes = rng.integers(0, main.codebook_size, size=(frames, main.num_quantizers), dtype=np.int64)
+    boundaries = ([first_frames] if first_frames else []) + [main.step_frames] * args.check_steps
+
+    def stream(runners: dict) -> np.ndarray:
+        decoder_ = StatefulDecoder(runners["main"], runners.get("first"))
+        return np.concatenate([decoder_.feed(codes), decoder_.flush()])
+
+    started = time.perf_counter()
+    simulated_runners = {
+        role: RknnSimulatorStepRunner(graphs[role], contracts[role], args.target, engine=engines[role])
+        for role in engines
+    }
+    simulated = stream(simulated_runners)
+    sim_seconds = time.perf_counter() - started
+    reference_ort = stream({role: OnnxStepRunner(path) for role, path in graphs.items()})
+    reference, against = reference_ort, "onnxruntime"
+    result = {"frames": frames, "steps": boundaries, "simulator_seconds": round(sim_seconds, 2)}
+    result["snr_db_vs_onnxruntime"] = snr_db(reference_ort, simulated)
+    if decoder is not None:
+        import torch
+
+        with torch.inference_mode():
+            reference = decoder(torch.from_numpy(codes.T[None].copy()))[0, 0].numpy()
+        against = "full decode"
+        result["snr_db_vs_full_decode"] = snr_db(reference, simulated)
+        result["onnxruntime_snr_db_vs_full_decode"] = snr_db(reference, reference_ort)
+    per_step, start = [], 0
+    for size in boundaries:
+        span = slice(start * main.samples_per_frame, (start + size) * main.samples_per_frame)
+        per_step.append(round(snr_db(reference[span], simulated[span]), 1))
+        start += size
+    result["per_step_snr_db"] = per_step
+    result["max_abs_diff"] = float(np.abs(reference - simulated).max())
+    overall = snr_db(reference, simulated)
+    result["passed"] = overall >= SIMULATOR_BAR_DB
+    result["verdict"] = (
+        f"simulator vs {against}: {overall:.1f} dB over {len(boundaries)} steps (per step {per_step}); "
+        f"bar {SIMULATOR_BAR_DB:.0f} dB: {'passed' if result['passed'] else 'MISSED'}"
+    )
+    say(result["verdict"])
+    if not result["passed"]:
+        result["accuracy_analysis"] = analyse_accuracy(
+            args, engines["first" if first_frames else "main"], simulated_runners["first" if first_frames else "main"]
+        )
+    return result
+
+
+def analyse_accuracy(args, engine: BuiltEngine, runner) -> dict:
+    """Run ``accuracy_analysis`` on the first step's inputs; name the first layer whose cosine drops."""
+    out_dir = args.output.with_name(args.output.stem + ".accuracy")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = []
+    for index, array in enumerate(runner.step_inputs):
+        path = out_dir / f"input_{index}.npy"
+        np.save(path, array)
+        files.append(str(path))
+    try:
+        engine.accuracy_analysis(files, out_dir)
+    except RknnBuildError as exc:
+        return {"dir": str(out_dir), "error": str(exc)}
+    first_drift = None
+    table = out_dir / "error_analysis.txt"
+    if table.is_file():
+        for line in table.read_text(errors="replace").splitlines():
+            numbers = [float(tok) for tok in line.replace("|", " ").split() if _is_float(tok)]
+            if numbers and numbers[0] < 0.999:
+                first_drift = line.strip()
+                break
+    say(f"accuracy_analysis kept in {out_dir}; first layer whose cosine falls below 0.999: {first_drift}")
+    return {"dir": str(out_dir), "first_drifting_layer": first_drift}
+
+
+def _is_float(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def write_plan(args, graphs, contracts, engines, check):
+    model = {"id": str(args.model_dir or args.onnx), "checkpoint_sha256": None}
+    if args.model_dir:
+        model["checkpoint_sha256"] = checkpoint_sha256(resolve_speech_tokenizer(args.model_dir))
+    verification = {
+        "runtime": "rknn-toolkit2 simulator",
+        "against": "full decode" if "snr_db_vs_full_decode" in check else "onnxruntime",
+        "snr_db": check.get("snr_db_vs_full_decode", check["snr_db_vs_onnxruntime"]),
+    }
+    directory = args.output.parent
+    sources = {}
+    for role, path in graphs.items():  # the plan directory is self-contained: its ONNX sources sit in it
+        sources[role] = directory / path.name
+        if path.resolve() != sources[role].resolve():
+            say(f"copying {path} beside the plan (the simulator and CPU fallbacks compile from it)")
+            shutil.copyfile(path, sources[role])
+    plan = stateful_plan(
+        hardware_class="rockchip_npu",
+        backend="rknn",
+        dtype="fp16",
+        model=model,
+        directory=directory,
+        steps={
+            role: StepArtifact(
+                path=directory / Path(engine.report.path).name,
+                contract=contracts[role],
+                verification=verification,
+                source=sources[role],
+            )
+            for role, engine in engines.items()
+        },
+        target=args.target,
+        device_dir=args.device_dir,
+        build={
+            "tools": {"rknn-toolkit2": toolkit_version()},
+            "regtask_warnings": {role: engine.report.regtask_warnings for role, engine in engines.items()},
+            "simulator_check": {key: check[key] for key in ("frames", "steps", "per_step_snr_db", "verdict")},
+        },
+    )
+    return plan, plan.write(directory)

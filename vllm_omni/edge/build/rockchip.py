@@ -1,0 +1,109 @@
+"""The ``rockchip_npu`` builder: ONNX step graphs here, their fp16 ``.rknn`` compile in the converter venv.
+
+rknn-toolkit2 pins its own torch/numpy/onnx, so it lives in a venv of its own (``make setup-rknn``).
+This builder exports (or keeps) the ONNX steps in this process, then runs
+``python -m vllm_omni.edge.cli.rknn_convert`` in the converter venv (the package must be installed
+there too), which compiles, checks in the simulator and writes the plan, and reports its outcome
+as JSON (:class:`~.rknn_convert.ConvertOutcome`) instead of an exit code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import EdgeError, EdgeExportError
+from ..hardware.registry import HardwareClass
+from ..plan.model import ExecPlan
+from ..plan.schema import ExecPlanError
+from .request import BuildRequest
+from .rknn_convert import OUTCOME_REASONS
+from .steps import export_steps
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CONVERTER_PYTHON_ENV = "VLLM_OMNI_EDGE_RKNN_PYTHON"
+CONVERTER_MODULE = "vllm_omni.edge.cli.rknn_convert"
+
+
+def converter_python() -> str:
+    """The interpreter that has rknn-toolkit2: $VLLM_OMNI_EDGE_RKNN_PYTHON, this one, or the repo's .venv-rknn."""
+    configured = os.environ.get(CONVERTER_PYTHON_ENV)
+    if configured:
+        if not Path(configured).is_file():
+            raise EdgeError(
+                f"{CONVERTER_PYTHON_ENV}={configured} does not exist; point it at the converter venv's python"
+            )
+        return configured
+    if importlib.util.find_spec("rknn") is not None:
+        return sys.executable
+    venv = REPO_ROOT / ".venv-rknn" / "bin" / "python"
+    if venv.is_file():
+        return str(venv)
+    raise EdgeError(
+        "rockchip_npu needs rknn-toolkit2, which lives in its own venv: run `make setup-rknn` (it makes "
+        f".venv-rknn), or set {CONVERTER_PYTHON_ENV} to a python that has it"
+    )
+
+
+def build_rknn(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
+    target = request.target or hardware_class.default_target
+    if target not in hardware_class.targets:
+        raise EdgeExportError(
+            f"unknown target {target!r} for {hardware_class.name}; known: {', '.join(hardware_class.targets)}"
+        )
+    python = converter_python()  # before any export work
+    graphs, _ = export_steps(hardware_class, request)
+    kept = _kept_rknn_plan(request, target, {role: path for role, (path, _, _) in graphs.items()})
+    if kept is not None:
+        request.progress(f"kept the {target} .rknn steps of plan {kept.plan_id[:12]}: built from the same ONNX graphs")
+        return kept
+    main = graphs["main"][0]
+    command = [python, "-m", CONVERTER_MODULE, "--model-dir", str(request.model), "--onnx", str(main)]
+    if "first" in graphs:
+        command += ["--first-onnx", str(graphs["first"][0])]
+    command += ["--target", target, "--output", str(main.with_suffix(".rknn")), "--device-dir", request.device_dir]
+    request.progress(f"compiling for {target} in the converter venv ({python}); this takes minutes per step size")
+    with tempfile.TemporaryDirectory(prefix="rknn-convert-") as scratch:
+        outcome_path = Path(scratch) / "outcome.json"
+        result = subprocess.run(
+            [*command, "--outcome-json", str(outcome_path)], stdout=sys.stderr, stderr=sys.stderr, check=False
+        )
+        outcome = _read_outcome(outcome_path)
+    if outcome.get("status") != "ok":
+        what = OUTCOME_REASONS.get(outcome.get("status"), f"exit code {result.returncode}")
+        detail = f": {outcome['error']}" if outcome.get("error") else ""
+        raise EdgeExportError(
+            f"the RKNN conversion failed ({what}){detail}; its report and build logs are beside "
+            f"{main.with_suffix('.rknn')}"
+        )
+    plan = ExecPlan.load(request.out_dir)
+    request.progress(f"plan {plan.plan_id[:12]} validated ({len(plan.artifacts)} artifacts)")
+    return plan
+
+
+def _kept_rknn_plan(request: BuildRequest, target: str, sources: dict[str, Path]) -> ExecPlan | None:
+    try:
+        plan = ExecPlan.load(request.out_dir)
+    except ExecPlanError:
+        return None
+    if plan.backend != "rknn" or plan.target != target or set(plan.artifacts) != set(sources):
+        return None
+    # load() checked each recorded source against its sha256 in this directory: same name, same graph.
+    for role, path in sources.items():
+        source = plan.artifacts[role].source
+        if source is None or source["file"] != path.name:
+            return None
+    return plan
+
+
+def _read_outcome(path: Path) -> dict:
+    """The converter's JSON outcome; empty when it died before writing one (its stderr says why)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,216 @@
+"""Export the windowed programs a stream needs, verify each one, and describe them in ``manifest.json``.
+
+One fixed-shape program per window of the schedule (:mod:`..graphs.window_contract`). Resumable: after
+each program the work done so far is recorded in ``.export-state.json`` (:mod:`.state`); a re-run with the same
+inputs (checkpoint bytes, backend, partitioner, dtype, window) keeps every program whose file is
+still intact (same sha256) and only does the rest. Programs and the manifest are written through
+temporary names, so an interrupted run never leaves a file that looks finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE, Qwen3TTSTokenizerV2Decoder
+
+from ..audio import snr_db
+from ..backends.registry import ProgramWriter, get_backend, program_writer
+from ..backends.torch_export import quiet_torch_export
+from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
+from ..errors import EdgeExportError
+from ..files import file_sha256
+from ..geometry import CodecGeometry
+from ..graphs.window_contract import INPUT_NAME, OUTPUT_NAME, Window, check_ramp, window_schedule
+from ..graphs.windowed import WindowedCode2Wav
+from ..plan.manifest import MANIFEST_NAME, ProgramEntry, TensorSpec, WindowedManifest
+from .state import BuildState, tool_versions
+
+logger = logging.getLogger(__name__)
+
+STATE_NAME = ".export-state.json"
+DTYPES = {"fp32": torch.float32}
+# Max-abs difference against eager allowed for a program (audio is in [-1, 1]; 1e-3 is -60 dBFS).
+DEFAULT_TOLERANCE = {"fp32": 1e-3}
+
+
+@dataclass(frozen=True)
+class WindowedExportRequest:
+    model: str
+    out_dir: Path
+    ramp: tuple[int, ...] = (2, 4, 8, 16, 25)
+    context_frames: int = 72
+    backend: str = "executorch"
+    partitioner: str | None = None
+    dtype: str = "fp32"
+    check: bool = True
+    tolerance: float | None = None
+
+
+def check_against_eager(
+    wrapper: WindowedCode2Wav, path: Path, entry: ProgramEntry, manifest: WindowedManifest, tolerance: float
+) -> dict[str, Any]:
+    """Run the written program in its runtime on random codes and compare with eager; raise over tolerance."""
+    (codes,) = wrapper.example_inputs(seed=1234)
+    with torch.no_grad():
+        reference = wrapper(codes).numpy().ravel()
+    runner = get_backend(manifest.backend).open_window_runner(path, manifest.contract(entry))
+    started = time.perf_counter()
+    produced = runner.run(codes.numpy())
+    seconds = time.perf_counter() - started
+    if produced.shape != reference.shape:
+        raise EdgeExportError(f"{path}: the runtime returned {produced.shape} samples, eager {reference.shape}")
+    max_abs = float(np.abs(produced - reference).max())
+    check = {
+        "runtime": manifest.backend,
+        "max_abs_diff": max_abs,
+        "snr_db": snr_db(reference, produced),
+        "tolerance": tolerance,
+        "run_seconds": round(seconds, 4),
+    }
+    if not max_abs <= tolerance:
+        raise EdgeExportError(
+            f"{path.name}: the {manifest.backend} program differs from eager by {max_abs:.3g} (max abs), over the "
+            f"tolerance {tolerance:g} (SNR {check['snr_db']:.1f} dB); the file was removed. Try --partitioner none "
+            "to see whether the delegate is the cause"
+        )
+    return check
+
+
+def export_windowed_programs(
+    request: WindowedExportRequest,
+    decoder: Qwen3TTSTokenizerV2Decoder | None = None,
+    progress: Callable[[str], None] = logger.info,
+) -> WindowedManifest:
+    """Export, verify and describe every program of ``request``; returns the manifest written to ``out_dir``.
+
+    Arguments are checked (ramp, context, backend, partitioner, dtype) before the model is loaded.
+    """
+    ramp = check_ramp(request.ramp, request.context_frames)
+    schedule = window_schedule(ramp, request.context_frames)
+    backend = program_writer(request.backend, request.partitioner)
+    if request.dtype not in DTYPES:
+        raise EdgeExportError(f"unknown dtype {request.dtype!r}; known: {', '.join(DTYPES)}")
+    tolerance = request.tolerance if request.tolerance is not None else DEFAULT_TOLERANCE[request.dtype]
+
+    files = resolve_speech_tokenizer(request.model)  # once: a hub id is not fetched twice
+    if decoder is None:
+        decoder = load_code2wav_decoder(files.directory, DTYPES[request.dtype])
+    out_dir = Path(request.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fingerprint = {
+        "checkpoint_sha256": checkpoint_sha256(files),
+        "backend": backend.name,
+        "partitioner": backend.partitioner,
+        "dtype": request.dtype,
+    }
+    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)  # rewritten at the end; never stale beside new programs
+    state = BuildState(out_dir / STATE_NAME, fingerprint, "programs")
+
+    config = decoder.config
+    skeleton = WindowedManifest(
+        model_id=str(request.model),
+        checkpoint_sha256=fingerprint["checkpoint_sha256"],
+        geometry=dataclasses.asdict(config),
+        codec=CodecGeometry.of_decoder(decoder, OUTPUT_SAMPLE_RATE),
+        ramp=ramp,
+        context_frames=request.context_frames,
+        backend=backend.name,
+        partitioner=backend.partitioner,
+        dtype=request.dtype,
+        programs=(),
+        tools=tool_versions("torch", "executorch"),
+        directory=out_dir,
+    )
+    entries = []
+    for index, window in enumerate(schedule, start=1):
+        label = (
+            f"[{index}/{len(schedule)}] {window.name} (context {window.context_frames} + chunk {window.chunk_frames})"
+        )
+        row = state.intact(window.name, lambda row: out_dir / row["path"])
+        entry = ProgramEntry.from_json(row) if row is not None else None
+        wrapper = WindowedCode2Wav(decoder, window).eval()
+        if entry is not None:
+            progress(f"{label}: kept {entry.path} ({entry.size_bytes / 1e6:.1f} MB, intact)")
+        else:
+            entry = _export_one(wrapper, window, backend, out_dir, progress, label)
+        if request.check:  # kept programs too: verification, not hope
+            path = out_dir / entry.path
+            try:
+                check = check_against_eager(wrapper, path, entry, skeleton, tolerance)
+            except EdgeExportError:
+                path.unlink(missing_ok=True)
+                raise
+            entry = dataclasses.replace(entry, check=check)
+            progress(
+                f"{label}: checked in {backend.name}: max|diff| {check['max_abs_diff']:.2e}, "
+                f"SNR {check['snr_db']:.1f} dB vs eager"
+            )
+        entries.append(entry)
+        state.record(window.name, entry.to_json())
+
+    manifest = dataclasses.replace(skeleton, programs=tuple(entries))
+    path = manifest.write(out_dir)
+    progress(f"wrote {path} ({len(entries)} programs)")
+    return manifest
+
+
+def _export_one(
+    wrapper: WindowedCode2Wav,
+    window: Window,
+    backend: ProgramWriter,
+    out_dir: Path,
+    progress: Callable[[str], None],
+    label: str,
+) -> ProgramEntry:
+    path = out_dir / f"{window.name}{backend.suffix}"
+    started = time.perf_counter()
+    try:
+        with torch.no_grad(), quiet_torch_export():
+            exported = torch.export.export(wrapper, wrapper.example_inputs())
+            export_seconds = time.perf_counter() - started
+            ops = backend.write_program(exported, wrapper.contract.metadata(), path)
+    except EdgeExportError:
+        raise
+    except Exception as exc:  # the toolchains raise many types; name the stage and the window
+        raise EdgeExportError(f"{label}: {backend.name} export failed: {type(exc).__name__}: {exc}") from exc
+    seconds = time.perf_counter() - started
+    entry = ProgramEntry(
+        name=window.name,
+        context_frames=window.context_frames,
+        chunk_frames=window.chunk_frames,
+        path=path.name,
+        size_bytes=path.stat().st_size,
+        sha256=file_sha256(path),
+        inputs=(TensorSpec(INPUT_NAME, wrapper.contract.input_shape(), "int64"),),
+        outputs=(TensorSpec(OUTPUT_NAME, wrapper.contract.output_shape(), "float32"),),
+        export_seconds=round(seconds, 2),
+        ops=ops,
+    )
+    lowering = f", lowering {seconds - export_seconds:.1f} s" if backend.name != "torch_export" else ""
+    delegated = f", {ops['delegated']} ops delegated / {ops['portable']} portable" if ops else ""
+    progress(
+        f"{label}: wrote {path.name} ({entry.size_bytes / 1e6:.1f} MB) in {seconds:.1f} s "
+        f"(export {export_seconds:.1f} s{lowering}){delegated}"
+    )
+    return entry
+
+
+def export_summary(manifest: WindowedManifest) -> str:
+    """A readable table of the programs (for the CLI and the benchmark)."""
+    lines = ["program | window | size MB | export s | max abs diff"]
+    for entry in manifest.programs:
+        diff = f"{entry.check['max_abs_diff']:.2e}" if entry.check else "unchecked"
+        lines.append(
+            f"{entry.name} | {entry.context_frames}+{entry.chunk_frames} | {entry.size_bytes / 1e6:.1f} | "
+            f"{entry.export_seconds:.1f} | {diff}"
+        )
+    return "\n".join(lines)

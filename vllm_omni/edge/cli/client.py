@@ -1,0 +1,87 @@
+"""The edge client: a codec-token stream in, audio out, decoded on this device with an execution plan.
+
+    python -m vllm_omni.edge.client --stream URL_OR_FILE --plan DIR_OR_URL [--out speech.wav] [--pcm-stdout]
+
+``--stream`` is an ``http(s)://`` URL (the server's stream: framed messages in the response
+body), a recorded stream file, or ``-`` for stdin. ``--plan`` is a plan directory or the URL of
+one (``.../exec_plan.json`` or its directory); a URL's artifacts are downloaded once into
+``--cache-dir`` and each checked against its sha256. The start message must name the same plan
+(``plan_id``) and geometry as the plan the client holds.
+
+A reader thread takes messages off the wire into a small buffer while the decoder works;
+playback is modelled with a jitter buffer of ``--jitter-ms`` of audio, and every time the audio
+would have run dry an underrun is counted. ``reset`` drops the decoder's state and any frames not
+yet decoded; ``segment end`` and ``end of stream`` flush it. A duplicate message is skipped and
+counted; any other protocol error, a cut-off stream or a disconnect ends the run with one
+``error:`` line, and the audio decoded up to then is flushed and left intact in ``--out``.
+At the end it prints first-audio latency, real-time factor, underruns and bytes.
+Exit codes: 0 complete (or cancelled by the server), 1 a stream or plan error, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from ..audio import WavWriter, float_to_pcm16
+from ..client import DEFAULT_CACHE_DIR, EdgeClient, fetch_plan, open_stream
+from ..errors import EdgeError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m vllm_omni.edge.client", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stream", required=True, help="http(s) URL, recorded stream file, or - for stdin")
+    parser.add_argument("--plan", required=True, help="plan directory, exec_plan.json, or the URL of either")
+    parser.add_argument("--out", type=Path, help="write a 16-bit WAV here")
+    parser.add_argument("--pcm-stdout", action="store_true", help="write raw s16le mono PCM to stdout as it decodes")
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where downloaded plans are kept")
+    parser.add_argument("--jitter-ms", type=float, default=200.0, help="audio buffered before playback starts")
+    parser.add_argument("--rknn-runtime", default="auto", choices=("auto", "board", "simulator"))
+    parser.add_argument("--report", type=Path, help="write the run's numbers as JSON here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.out is None and not args.pcm_stdout:
+        print("error: nothing to write: give --out FILE.wav and/or --pcm-stdout", file=sys.stderr)
+        return 2
+    try:
+        plan = fetch_plan(args.plan, args.cache_dir)
+        client = EdgeClient(plan, rknn_runtime=args.rknn_runtime, jitter_ms=args.jitter_ms)
+        stream = open_stream(args.stream)
+    except EdgeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    sinks, wav = [], None
+    if args.out is not None:
+        wav = WavWriter(args.out, plan.codec.sample_rate)
+        sinks.append(wav.write)
+    if args.pcm_stdout:
+        sinks.append(_write_pcm_stdout)
+    try:
+        report = client.run(stream, sinks)
+    finally:
+        stream.close()
+        if wav is not None:
+            report_wav = wav.close()
+    if wav is not None:
+        report.wav = str(report_wav)
+    print(f"[client] plan {plan.plan_id[:12]} ({plan.hardware_class}): {report.summary()}", file=sys.stderr)
+    if args.report:
+        args.report.write_text(json.dumps(asdict(report), indent=2))
+    if report.error:
+        kept = f"; the audio decoded so far ({report.audio_seconds:.2f} s) is in {report.wav}" if report.wav else ""
+        print(f"error: {report.error}{kept}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write_pcm_stdout(pcm: np.ndarray) -> None:
+    sys.stdout.buffer.write(float_to_pcm16(pcm).tobytes())
+    sys.stdout.buffer.flush()

@@ -1,0 +1,80 @@
+"""``python -m vllm_omni.edge.cli.rknn_convert`` (converter venv): compile step graphs to ``.rknn``, check, plan.
+
+The library is :mod:`vllm_omni.edge.build.rknn_convert`. Exit codes: 0 done, 1 a failed stage,
+2 bad arguments, 4 the simulator check missed the bar. ``--outcome-json FILE`` also writes the
+outcome as JSON (``status``: ``ok``, ``usage``, ``failed``, ``below_bar``; ``error``; ``plan``,
+``report``): what the ``rockchip_npu`` builder reads instead of the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..backends.rknn import TARGETS
+from ..errors import EdgeError
+from ..plan.model import DEFAULT_DEVICE_DIR, session_option
+from .types import add_checkpoint_argument
+
+EXIT_CODES = {"ok": 0, "failed": 1, "usage": 2, "below_bar": 4}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m vllm_omni.edge.cli.rknn_convert",
+        description="Prepare the Qwen3-TTS vocoder (Code2Wav) stateful step graph for a Rockchip NPU.",
+    )
+    add_checkpoint_argument(parser, "--model-dir", "checkpoint dir or hub id")
+    parser.add_argument("--onnx", type=Path, help="compile this existing step graph (B, N, head_dim read from it)")
+    parser.add_argument("--first-onnx", type=Path, help="with --onnx: an existing small first-step graph")
+    parser.add_argument("--codes-length", type=int, default=16, help="frames per step (B)")
+    parser.add_argument("--first-codes-length", type=int, help="also make a small first-step graph of B1 frames")
+    parser.add_argument("--target", choices=TARGETS, default="rk3588")
+    parser.add_argument("--opt-level", type=int, choices=(0, 1, 2, 3), default=3, help="rknn optimization_level")
+    parser.add_argument("--output", type=Path, required=True, help=".rknn (the ONNX goes beside it) or .onnx")
+    parser.add_argument("--opset", type=int, default=17)
+    parser.add_argument("--skip-rknn", action="store_true", help="stop after the ONNX step graph")
+    parser.add_argument("--check-only", action="store_true", help="only run the self-check of an existing graph")
+    parser.add_argument("--device-dir", default=DEFAULT_DEVICE_DIR, help="where the artifacts go on the board")
+    parser.add_argument("--check-steps", type=int, default=3, help="main steps in the simulator check (>= 3)")
+    parser.add_argument("--outcome-json", type=Path, help="also write the outcome here as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
+    from ..build.rknn_convert import ConvertRequest, ConvertUsageError, SimulatorCheckError, run
+
+    options = {key: value for key, value in vars(args).items() if key != "outcome_json"}
+    outcome: dict[str, Any] = {"status": "ok", "error": None, "plan": None, "report": None}
+    try:
+        result = run(ConvertRequest(**options), report=print)
+    except ConvertUsageError as exc:
+        outcome |= {"status": "usage", "error": str(exc)}
+    except SimulatorCheckError as exc:
+        outcome |= {"status": "below_bar", "error": str(exc), "report": str(exc.report_path)}
+    except EdgeError as exc:
+        outcome |= {"status": "failed", "error": str(exc)}
+    else:
+        if result is not None:
+            outcome |= {"plan": str(result.plan_path), "report": str(result.report_path)}
+            print(f"simulator check: {result.check['verdict']}")
+            print(f"report: {result.report_path}\nexec plan: {result.plan_path}")
+            files = " ".join(str(result.plan.path(role)) for role in result.plan.artifacts)
+            print("deploy (adb; or scp to the board):")
+            print(f"  adb shell mkdir -p {args.device_dir} && adb push {files} {result.plan_path} {args.device_dir}/")
+            print(f"  --session-option '{session_option(result.plan)}'")
+    if outcome["error"]:
+        print(f"error: {outcome['error']}", file=sys.stderr)
+    if args.outcome_json is not None:
+        args.outcome_json.write_text(json.dumps(outcome, indent=2))
+    return EXIT_CODES[outcome["status"]]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

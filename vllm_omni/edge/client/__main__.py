@@ -1,0 +1,3 @@
+from ..cli.client import main
+
+raise SystemExit(main())

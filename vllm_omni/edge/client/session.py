@@ -1,0 +1,184 @@
+"""One client session: a codec-token stream in, audio out, decoded on this device with an execution plan.
+
+A reader thread takes messages off the wire into a small buffer while the decoder works;
+playback is modelled with a jitter buffer (:mod:`.playback`), and every time the audio would have
+run dry an underrun is counted. ``reset`` drops the decoder's state and any frames not yet
+decoded; ``segment end`` and ``end of stream`` flush it. A duplicate message is skipped and
+counted; any other protocol error, a cut-off stream or a disconnect ends the run with
+:attr:`ClientReport.error` set, and the audio decoded up to then is flushed to the sinks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from ..errors import EdgeError
+from ..plan.model import ExecPlan
+from ..plan.schema import ExecPlanError
+from ..runtime.open import open_decoder
+from ..stream import (
+    CodecStreamError,
+    CodecStreamParser,
+    DuplicateMessageError,
+    FrameBatch,
+    MalformedMessageError,
+    StreamDone,
+    StreamStart,
+    TruncatedStreamError,
+    read_records,
+)
+from .playback import PlaybackClock
+
+
+@dataclass
+class ClientReport:
+    frames: int = 0
+    audio_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    first_audio_seconds: float | None = None  # from the first frames message to the first PCM
+    real_time_factor: float | None = None
+    underruns: int = 0
+    duplicates: int = 0
+    messages: int = 0
+    stream_bytes: int = 0
+    resets: int = 0
+    segments: int = 0
+    done_reason: str | None = None
+    error: str | None = None
+    wav: str | None = None
+    plan_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        first = f"{self.first_audio_seconds * 1000:.0f} ms" if self.first_audio_seconds is not None else "none"
+        rtf = f"{self.real_time_factor:.3f}" if self.real_time_factor is not None else "n/a"
+        return (
+            f"{self.frames} frames -> {self.audio_seconds:.2f} s of audio; first audio after {first}; real-time factor "
+            f"{rtf}; underruns {self.underruns}; duplicates skipped {self.duplicates}; resets {self.resets}; "
+            f"{self.messages} messages, {self.stream_bytes} bytes"
+        )
+
+
+_END = object()
+
+
+def _reader(stream: BinaryIO, messages: queue.Queue, stop: threading.Event) -> None:
+    try:
+        for item in read_records(stream):
+            while not stop.is_set():
+                try:
+                    messages.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if stop.is_set():
+                return
+        messages.put(_END)
+    except (CodecStreamError, OSError) as exc:
+        messages.put(exc)
+
+
+class EdgeClient:
+    """Decode one stream with ``plan``; audio goes to ``sinks`` (callables taking float32 PCM)."""
+
+    def __init__(self, plan: ExecPlan, *, rknn_runtime: str = "auto", jitter_ms: float = 200.0, buffer_messages=64):
+        self.plan = plan
+        self.decoder = open_decoder(plan, rknn_runtime=rknn_runtime, check_sha256=False)  # load() checked them
+        self.clock = PlaybackClock(jitter_ms / 1000.0)
+        self.buffer_messages = buffer_messages
+
+    def check_start(self, start: StreamStart) -> None:
+        plan = self.plan
+        if start.plan_id is not None and start.plan_id != plan.plan_id:
+            raise ExecPlanError(
+                f"the stream was made for plan {start.plan_id[:12]}, this client holds plan {plan.plan_id[:12]} "
+                f"({plan.hardware_class}); fetch the server's plan (--plan URL)"
+            )
+        names = ("num_quantizers", "codebook_size", "sample_rate")
+        wrong = {key: (have, want) for key, (want, have) in plan.codec.mismatches(start, names).items()}
+        if wrong:
+            details = ", ".join(f"{key}: stream {have}, plan {want}" for key, (have, want) in wrong.items())
+            raise MalformedMessageError(f"the stream's geometry does not match the plan ({details})")
+
+    def run(self, stream: BinaryIO, sinks: list) -> ClientReport:
+        report = ClientReport(plan_id=self.plan.plan_id)
+        parser = CodecStreamParser()
+        messages: queue.Queue = queue.Queue(maxsize=self.buffer_messages)
+        stop = threading.Event()
+        reader = threading.Thread(target=_reader, args=(stream, messages, stop), daemon=True)
+        first_frames_at = None
+        reader.start()
+
+        def emit(pcm: np.ndarray) -> None:
+            nonlocal first_frames_at
+            if not pcm.size:
+                return
+            now = time.perf_counter()
+            if report.first_audio_seconds is None and first_frames_at is not None:
+                report.first_audio_seconds = now - first_frames_at
+            seconds = pcm.size / self.plan.codec.sample_rate
+            report.audio_seconds += seconds
+            self.clock.add(seconds, now)
+            for sink in sinks:
+                sink(pcm)
+
+        def decode(call, *args) -> None:
+            started = time.perf_counter()
+            pcm = call(*args)
+            report.decode_seconds += time.perf_counter() - started
+            emit(pcm)
+
+        try:
+            while True:
+                item = messages.get()
+                if item is _END:
+                    raise TruncatedStreamError(
+                        f"the stream ended after {parser.frames_received} frames without a done message: the server "
+                        "went away or the recording is cut off"
+                    )
+                if isinstance(item, Exception):
+                    raise item
+                kind, payload = item
+                report.messages += 1
+                report.stream_bytes += len(payload) + 5
+                try:
+                    event = parser.parse(kind, payload)
+                except DuplicateMessageError:
+                    report.duplicates += 1
+                    continue
+                if isinstance(event, StreamStart):
+                    self.check_start(event)
+                elif isinstance(event, FrameBatch):
+                    if first_frames_at is None:
+                        first_frames_at = time.perf_counter()
+                    if event.reset:
+                        report.resets += 1
+                        self.decoder.reset()
+                    if len(event.frames):
+                        decode(self.decoder.feed, event.frames)
+                        report.frames += len(event.frames)
+                    if event.segment_end or event.end_of_stream:
+                        report.segments += 1
+                        decode(self.decoder.flush)
+                elif isinstance(event, StreamDone):
+                    report.done_reason = event.reason
+                    if event.reason == "error":
+                        raise EdgeError(f"the server ended the stream with an error: {event.error}")
+                    break
+        except EdgeError as exc:
+            report.error = str(exc)
+        finally:
+            stop.set()
+            with contextlib.suppress(EdgeError):
+                decode(self.decoder.flush)  # frames that arrived are real: their audio is kept
+        report.underruns = self.clock.underruns
+        if report.audio_seconds:
+            report.real_time_factor = report.decode_seconds / report.audio_seconds
+        return report

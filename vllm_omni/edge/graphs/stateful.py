@@ -1,0 +1,286 @@
+"""Stateful Code2Wav step: ``B`` new frames + flat cache in, their audio + the next cache out. Exact.
+
+Every causal convolution keeps the last ``(k - 1) * dilation`` input frames of its stage, every
+causal ConvTranspose the last ``ceil((k - 1) / stride)`` input frames, and every transformer layer
+its last ``sliding_window - 1`` keys (already rotated) and values. Together they are the whole
+state of the decoder, so stepping through a stream gives the full decode's audio to fp32 noise.
+
+Written the NPU-safe way (DESIGN §4): the K/V history joins the step's K/V through constant
+selection matmuls (no Concat on that path), masks are -100 (not -inf) on a constant relative
+grid, never-written cache slots get a bias computed from ``cache_valid`` with elementwise clamps,
+cos/sin are computed in-graph from host-reduced angles, the rotate-half sign is folded into sin
+(no Neg), the final clamp has explicit bounds and SnakeBeta constants are folded.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE, Qwen3TTSTokenizerV2Decoder
+from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
+    Attention,
+    CausalConv1d,
+    CausalConvTranspose1d,
+    ConvNeXtBlock,
+    DecoderBlock,
+    ResidualUnit,
+    rope_inverse_frequencies,
+)
+
+from ..errors import EdgeExportError
+from .step_contract import CacheLayout, StepContract
+
+MASK_VALUE = -100.0  # exp(-100) is 0 in fp16; -inf and -3e4 misbehave on NPU softmax (DESIGN §4)
+
+
+def conv_tail(module: CausalConv1d) -> int:
+    return module.left_pad
+
+
+def transpose_tail(module: CausalConvTranspose1d) -> int:
+    kernel, stride = module.conv.kernel_size[0], module.stride
+    return math.ceil((kernel - 1) / stride)
+
+
+def cache_layout(decoder: Qwen3TTSTokenizerV2Decoder) -> CacheLayout:
+    """The flat-cache layout of ``decoder``'s geometry, in data-flow order."""
+    config = decoder.config
+    slots = config.sliding_window - 1
+    shapes: list[tuple[str, tuple[int, ...]]] = [("pre_conv", (config.codebook_dim, conv_tail(decoder.pre_conv)))]
+    for index in range(config.num_hidden_layers):
+        for kind in ("key", "value"):
+            shapes.append(
+                (f"pre_transformer.layers.{index}.{kind}", (config.num_key_value_heads, slots, config.head_dim))
+            )
+    for index, (transpose_conv, convnext) in enumerate(decoder.upsample):
+        shapes.append((f"upsample.{index}.0", (config.latent_dim, transpose_tail(transpose_conv))))
+        shapes.append((f"upsample.{index}.1.dwconv", (config.latent_dim, conv_tail(convnext.dwconv))))
+    for index, module in enumerate(decoder.decoder):
+        if isinstance(module, CausalConv1d):
+            shapes.append((f"decoder.{index}", (module.conv.in_channels, conv_tail(module))))
+        elif isinstance(module, DecoderBlock):
+            transpose_conv = module.block[1]
+            shapes.append(
+                (f"decoder.{index}.block.1", (transpose_conv.conv.in_channels, transpose_tail(transpose_conv)))
+            )
+            for unit_index, unit in enumerate(module.block[2:], start=2):
+                shapes.append(
+                    (f"decoder.{index}.block.{unit_index}.conv1", (unit.conv1.conv.in_channels, conv_tail(unit.conv1)))
+                )
+    return CacheLayout.from_shapes([(name, shape) for name, shape in shapes if math.prod(shape) > 0])
+
+
+def step_contract(decoder: Qwen3TTSTokenizerV2Decoder, step_frames: int) -> StepContract:
+    config = decoder.config
+    layout = cache_layout(decoder)
+    inv_freq = rope_inverse_frequencies(config.head_dim, config.rope_theta)
+    return StepContract(
+        step_frames=step_frames,
+        cache_numel=layout.numel,
+        head_dim=config.head_dim,
+        kv_slots=config.sliding_window - 1,
+        samples_per_frame=decoder.total_upsample,
+        sample_rate=OUTPUT_SAMPLE_RATE,
+        num_quantizers=config.num_quantizers,
+        codebook_size=config.codebook_size,
+        rope_inv_freq=tuple(float(f) for f in inv_freq),
+        layout=layout,
+        geometry=config.to_dict(),
+    )
+
+
+def shifted_eye(rows: int, cols: int, shift: int) -> torch.Tensor:
+    """``float32[rows, cols]`` with ones where ``col == row + shift``."""
+    row = torch.arange(rows)[:, None]
+    col = torch.arange(cols)[None, :]
+    return (col == row + shift).float()
+
+
+class _CacheIO:
+    """Reads regions of ``cache_in`` and collects the regions of ``cache_out`` in layout order."""
+
+    def __init__(self, layout: CacheLayout, cache_in: torch.Tensor):
+        self.layout = layout
+        self.cache_in = cache_in
+        self.written: list[tuple[str, torch.Tensor]] = []
+
+    def read(self, name: str) -> torch.Tensor:
+        entry = self.layout.entry(name)
+        return self.cache_in[entry.offset : entry.offset + entry.numel].view(entry.shape)
+
+    def write(self, name: str, value: torch.Tensor) -> None:
+        self.written.append((name, value.reshape(-1)))
+
+    def output(self) -> torch.Tensor:
+        names = [name for name, _ in self.written]
+        expected = [entry.name for entry in self.layout.entries]
+        if names != expected:  # a bug in this module, caught at trace time
+            raise EdgeExportError(f"cache written in the wrong order: {names} vs layout {expected}")
+        return torch.cat([value for _, value in self.written])
+
+
+class Code2WavStep(nn.Module):
+    """Decodes ``step_frames`` new frames from continuous state; see :mod:`vllm_omni.edge.graphs.step_contract`."""
+
+    def __init__(self, decoder: Qwen3TTSTokenizerV2Decoder, step_frames: int):
+        super().__init__()
+        config = decoder.config
+        if step_frames < 1:
+            raise EdgeExportError(f"step_frames must be >= 1, found {step_frames}")
+        if config.sliding_window < 2:
+            raise EdgeExportError(f"the stateful step needs sliding_window >= 2, found {config.sliding_window}")
+        decoder.precompute_snake_caches()
+        self.decoder = decoder
+        self.step_frames = step_frames
+        self.contract = step_contract(decoder, step_frames)
+        slots, frames = config.sliding_window - 1, step_frames
+        keys = slots + frames
+        # Constant selection matrices: history + new -> all keys; all keys -> next history.
+        self.register_buffer("select_history", shifted_eye(keys, slots, 0), persistent=False)
+        self.register_buffer("select_new", shifted_eye(keys, frames, -slots), persistent=False)
+        self.register_buffer("select_next", shifted_eye(slots, keys, frames), persistent=False)
+        # Relative grid: query i (absolute p+i) may see history slot j (absolute p-slots+j) iff j >= i,
+        # and new key m iff 0 <= i - m < sliding_window.
+        query = torch.arange(frames)[:, None]
+        key = torch.arange(keys)[None, :]
+        distance = query + slots - key
+        allowed = (distance >= 0) & (distance < config.sliding_window)
+        self.register_buffer("mask_grid", torch.where(allowed, 0.0, MASK_VALUE), persistent=False)
+        # History slot j is unwritten iff j < slots - cache_valid: clamp(slots - j - valid, 0, 1) == 1.
+        threshold = torch.cat([slots - torch.arange(slots, dtype=torch.float32), torch.zeros(frames)])
+        self.register_buffer("slot_threshold", threshold, persistent=False)
+        half = config.head_dim // 2
+        self.register_buffer("rotate_sign", torch.cat([-torch.ones(half), torch.ones(half)]), persistent=False)
+
+    # -- stateful pieces -------------------------------------------------------------------------
+
+    def _conv(self, cache: _CacheIO, name: str, module: CausalConv1d, hidden: torch.Tensor) -> torch.Tensor:
+        tail = conv_tail(module)
+        if tail == 0:
+            return module.conv(hidden)
+        joined = torch.cat([cache.read(name)[None], hidden], dim=-1)
+        cache.write(name, joined[0, :, -tail:])
+        return module.conv(joined)
+
+    def _transpose(self, cache: _CacheIO, name: str, module: CausalConvTranspose1d, hidden: torch.Tensor):
+        tail, stride, frames = transpose_tail(module), module.stride, hidden.shape[-1]
+        if tail == 0:
+            return module.conv(hidden)[..., : frames * stride]
+        joined = torch.cat([cache.read(name)[None], hidden], dim=-1)
+        cache.write(name, joined[0, :, -tail:])
+        return module.conv(joined)[..., tail * stride : (tail + frames) * stride]
+
+    def _convnext(self, cache: _CacheIO, name: str, block: ConvNeXtBlock, hidden: torch.Tensor) -> torch.Tensor:
+        branch = self._conv(cache, f"{name}.dwconv", block.dwconv, hidden).transpose(1, 2)
+        branch = block.pwconv2(block.act(block.pwconv1(block.norm(branch))))
+        return hidden + (block.gamma * branch).transpose(1, 2)
+
+    def _residual(self, cache: _CacheIO, name: str, unit: ResidualUnit, hidden: torch.Tensor) -> torch.Tensor:
+        branch = self._conv(cache, f"{name}.conv1", unit.conv1, unit.act1(hidden))
+        return hidden + unit.conv2(unit.act2(branch))
+
+    def _attention(
+        self,
+        cache: _CacheIO,
+        name: str,
+        attn: Attention,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin_signed: torch.Tensor,
+        bias: torch.Tensor,
+    ) -> torch.Tensor:
+        frames = hidden.shape[1]
+        heads, kv_heads, head_dim = attn.num_heads, attn.num_kv_heads, attn.head_dim
+        query = attn.q_proj(hidden).view(frames, heads, head_dim).transpose(0, 1)
+        key = attn.k_proj(hidden).view(frames, kv_heads, head_dim).transpose(0, 1)
+        value = attn.v_proj(hidden).view(frames, kv_heads, head_dim).transpose(0, 1)
+        half = head_dim // 2
+        query = query * cos + torch.cat([query[..., half:], query[..., :half]], dim=-1) * sin_signed
+        key = key * cos + torch.cat([key[..., half:], key[..., :half]], dim=-1) * sin_signed
+        keys = torch.matmul(self.select_history, cache.read(f"{name}.key")) + torch.matmul(self.select_new, key)
+        values = torch.matmul(self.select_history, cache.read(f"{name}.value")) + torch.matmul(self.select_new, value)
+        cache.write(f"{name}.key", torch.matmul(self.select_next, keys))
+        cache.write(f"{name}.value", torch.matmul(self.select_next, values))
+        groups = heads // kv_heads
+        if groups > 1:
+            keys = keys.repeat_interleave(groups, dim=0)
+            values = values.repeat_interleave(groups, dim=0)
+        scores = torch.matmul(query, keys.transpose(1, 2)) * attn.scaling + bias
+        weights = torch.softmax(scores, dim=-1)
+        attended = torch.matmul(weights, values).transpose(0, 1).reshape(1, frames, heads * head_dim)
+        return attn.o_proj(attended)
+
+    # -- the step ---------------------------------------------------------------------------------
+
+    def forward(
+        self, audio_codes: torch.Tensor, freqs_in: torch.Tensor, cache_valid: torch.Tensor, cache_in: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decode one step: see the module docstring of ``step_contract`` for shapes.
+
+        Inputs in order: audio_codes, freqs_in, cache_valid, cache_in; outputs: audio_values, cache_out.
+        """
+        decoder, cache = self.decoder, _CacheIO(self.contract.layout, cache_in)
+        hidden = decoder.quantizer.decode(audio_codes)
+        hidden = self._conv(cache, "pre_conv", decoder.pre_conv, hidden).transpose(1, 2)
+
+        transformer = decoder.pre_transformer
+        angles = torch.cat([freqs_in, freqs_in], dim=-1)
+        cos, sin_signed = torch.cos(angles), torch.sin(angles) * self.rotate_sign
+        unwritten = torch.clamp(self.slot_threshold - cache_valid, min=0.0, max=1.0)
+        bias = self.mask_grid + unwritten * MASK_VALUE
+        hidden = transformer.input_proj(hidden)
+        for index, layer in enumerate(transformer.layers):
+            attended = self._attention(
+                cache,
+                f"pre_transformer.layers.{index}",
+                layer.self_attn,
+                layer.input_layernorm(hidden),
+                cos,
+                sin_signed,
+                bias,
+            )
+            hidden = hidden + layer.self_attn_layer_scale(attended)
+            hidden = hidden + layer.mlp_layer_scale(layer.mlp(layer.post_attention_layernorm(hidden)))
+        hidden = transformer.output_proj(transformer.norm(hidden)).transpose(1, 2)
+
+        for index, (transpose_conv, convnext) in enumerate(decoder.upsample):
+            hidden = self._transpose(cache, f"upsample.{index}.0", transpose_conv, hidden)
+            hidden = self._convnext(cache, f"upsample.{index}.1", convnext, hidden)
+        for index, module in enumerate(decoder.decoder):
+            name = f"decoder.{index}"
+            if isinstance(module, CausalConv1d):
+                hidden = self._conv(cache, name, module, hidden)
+            elif isinstance(module, DecoderBlock):
+                hidden = module.block[0](hidden)
+                hidden = self._transpose(cache, f"{name}.block.1", module.block[1], hidden)
+                for unit_index, unit in enumerate(module.block[2:], start=2):
+                    hidden = self._residual(cache, f"{name}.block.{unit_index}", unit, hidden)
+            else:
+                hidden = module(hidden)
+        audio = torch.clamp(hidden, min=-1.0, max=1.0).reshape(-1)
+        return audio, cache.output()
+
+    def example_inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        shapes = self.contract.input_shapes()
+        return (
+            torch.zeros(shapes["audio_codes"], dtype=torch.int64),
+            torch.zeros(shapes["freqs_in"]),
+            torch.zeros(shapes["cache_valid"]),
+            torch.zeros(shapes["cache_in"]),
+        )
+
+
+class TorchStepRunner:
+    """Runs a :class:`Code2WavStep` eagerly behind the runtime's ``StepRunner`` interface (tests, debugging)."""
+
+    def __init__(self, step: Code2WavStep):
+        self.step = step
+        self.contract = step.contract
+
+    def run(self, codes, freqs, cache_valid, cache):
+        with torch.inference_mode():
+            audio, cache_out = self.step(*(torch.from_numpy(a) for a in (codes, freqs, cache_valid, cache)))
+        return audio.numpy(), cache_out.numpy()

@@ -1,0 +1,186 @@
+"""The stateful step's contract and flat-cache layout, as data (no torch, no onnx: runtimes import this).
+
+A step graph decodes ``step_frames`` (B) new frames from continuous state::
+
+    audio_codes  int64[1, Q, B]        the new frames, codebook-major
+    freqs_in     float32[B, D/2]       RoPE angles pos * inv_freq, reduced mod 2*pi on the host
+    cache_valid  float32[1]            real KV slots: min(position, kv_slots)
+    cache_in     float32[N]            the flat cache
+ -> audio_values float32[B * samples_per_frame]
+    cache_out    float32[N]
+
+``N`` (``cache_numel``) does not depend on B, so steps of different sizes share one cache. The
+layout lists every region of the cache in data-flow order; a runtime builds the zero cache from
+it, never from hard-coded numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import EdgeError
+from ..geometry import CodecGeometry
+
+STEP_SCHEMA_VERSION = 1
+INPUT_NAMES = ("audio_codes", "freqs_in", "cache_valid", "cache_in")
+OUTPUT_NAMES = ("audio_values", "cache_out")
+
+
+class StepContractError(EdgeError):
+    """A step graph's metadata is missing, from another schema, or inconsistent."""
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One region of the flat cache: ``cache[offset : offset + numel]`` viewed as ``shape``."""
+
+    name: str
+    offset: int
+    numel: int
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    entries: tuple[CacheEntry, ...]
+
+    @classmethod
+    def from_shapes(cls, shapes: list[tuple[str, tuple[int, ...]]]) -> CacheLayout:
+        entries, offset = [], 0
+        for name, shape in shapes:
+            numel = math.prod(shape)
+            entries.append(CacheEntry(name, offset, numel, tuple(shape)))
+            offset += numel
+        return cls(tuple(entries))
+
+    @property
+    def numel(self) -> int:
+        return sum(entry.numel for entry in self.entries)
+
+    def entry(self, name: str) -> CacheEntry:
+        for entry in self.entries:
+            if entry.name == name:
+                return entry
+        raise KeyError(f"no cache entry {name!r}; known: {[e.name for e in self.entries][:8]}...")
+
+    def to_json(self) -> list[list[Any]]:
+        return [[e.name, e.offset, e.numel, list(e.shape)] for e in self.entries]
+
+    @classmethod
+    def from_json(cls, rows: list[list[Any]]) -> CacheLayout:
+        entries = tuple(CacheEntry(str(n), int(o), int(c), tuple(int(s) for s in shape)) for n, o, c, shape in rows)
+        offset = 0
+        for entry in entries:
+            if entry.offset != offset or entry.numel != math.prod(entry.shape):
+                raise StepContractError(
+                    f"cache layout entry {entry.name!r} is inconsistent (offset {entry.offset}, "
+                    f"expected {offset}; numel {entry.numel} vs shape {list(entry.shape)})"
+                )
+            offset += entry.numel
+        return cls(entries)
+
+
+@dataclass(frozen=True)
+class StepContract:
+    """Everything a runtime needs to drive a step graph, carried in the graph's metadata."""
+
+    step_frames: int
+    cache_numel: int
+    head_dim: int
+    kv_slots: int
+    samples_per_frame: int  # stored as "hop" in the metadata (the name artifacts already carry)
+    sample_rate: int
+    num_quantizers: int
+    codebook_size: int
+    rope_inv_freq: tuple[float, ...]
+    layout: CacheLayout = field(repr=False)
+    geometry: dict[str, Any] = field(default_factory=dict, repr=False)
+    schema_version: int = STEP_SCHEMA_VERSION
+
+    def input_shapes(self) -> dict[str, list[int]]:
+        return {
+            "audio_codes": [1, self.num_quantizers, self.step_frames],
+            "freqs_in": [self.step_frames, self.head_dim // 2],
+            "cache_valid": [1],
+            "cache_in": [self.cache_numel],
+        }
+
+    def output_shapes(self) -> dict[str, list[int]]:
+        return {"audio_values": [self.step_frames * self.samples_per_frame], "cache_out": [self.cache_numel]}
+
+    @property
+    def codec(self) -> CodecGeometry:
+        return CodecGeometry(self.sample_rate, self.samples_per_frame, self.num_quantizers, self.codebook_size)
+
+    def shares_cache_with(self, other: StepContract) -> bool:
+        return self.layout == other.layout and self.rope_inv_freq == other.rope_inv_freq
+
+    def to_metadata(self) -> dict[str, str]:
+        """String key/values for ONNX ``metadata_props``."""
+        values = asdict(self)
+        values.pop("layout")
+        names = {"samples_per_frame": "hop"}
+        metadata = {f"qwen3_tts.{names.get(k, k)}": json.dumps(v) for k, v in values.items()}
+        metadata["qwen3_tts.cache_layout"] = json.dumps(self.layout.to_json())
+        metadata["qwen3_tts.input_names"] = json.dumps(list(INPUT_NAMES))
+        metadata["qwen3_tts.output_names"] = json.dumps(list(OUTPUT_NAMES))
+        return metadata
+
+    def to_json(self) -> dict[str, Any]:
+        """The contract as plain JSON (what an execution plan carries for a step artifact without metadata)."""
+        row = {key.removeprefix("qwen3_tts."): json.loads(value) for key, value in self.to_metadata().items()}
+        return {**row, "inputs": self.input_shapes(), "outputs": self.output_shapes()}
+
+    @classmethod
+    def from_json(cls, row: Mapping[str, Any], source: str = "plan") -> StepContract:
+        if not isinstance(row, Mapping):
+            raise StepContractError(f"{source}: a step contract is a JSON object, found {type(row).__name__}")
+        shapes = ("inputs", "outputs")
+        metadata = {f"qwen3_tts.{key}": json.dumps(value) for key, value in row.items() if key not in shapes}
+        return cls.from_metadata(metadata, source)
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, str], source: str = "graph") -> StepContract:
+        def read(key: str) -> Any:
+            try:
+                return json.loads(metadata[f"qwen3_tts.{key}"])
+            except KeyError as exc:
+                raise StepContractError(
+                    f"{source} has no 'qwen3_tts.{key}' metadata: it is not a Qwen3-TTS stateful step graph "
+                    "exported by vllm_omni.edge (re-export it with export_step_onnx)"
+                ) from exc
+
+        version = read("schema_version")
+        if version != STEP_SCHEMA_VERSION:
+            raise StepContractError(
+                f"{source} uses step schema {version}; this runtime reads schema "
+                f"{STEP_SCHEMA_VERSION}. Re-export the graph with this version."
+            )
+        contract = cls(
+            step_frames=int(read("step_frames")),
+            cache_numel=int(read("cache_numel")),
+            head_dim=int(read("head_dim")),
+            kv_slots=int(read("kv_slots")),
+            samples_per_frame=int(read("hop")),
+            sample_rate=int(read("sample_rate")),
+            num_quantizers=int(read("num_quantizers")),
+            codebook_size=int(read("codebook_size")),
+            rope_inv_freq=tuple(float(f) for f in read("rope_inv_freq")),
+            layout=CacheLayout.from_json(read("cache_layout")),
+            geometry=read("geometry"),
+            schema_version=version,
+        )
+        if contract.layout.numel != contract.cache_numel:
+            raise StepContractError(
+                f"{source}: cache layout sums to {contract.layout.numel} floats but "
+                f"cache_numel is {contract.cache_numel}"
+            )
+        if len(contract.rope_inv_freq) != contract.head_dim // 2:
+            raise StepContractError(
+                f"{source}: {len(contract.rope_inv_freq)} RoPE frequencies for head_dim {contract.head_dim}"
+            )
+        return contract

@@ -1,0 +1,242 @@
+"""Execution plans: the JSON a device reads to know which artifacts decode a stream, and how.
+
+A plan sits in one directory with the artifacts it names (paths relative to it), so the
+directory can be copied or served as a whole. Its shape is pinned by a JSON Schema
+(``schemas/exec_plan.schema.json``); :meth:`ExecPlan.load` checks that schema and then
+(:mod:`.validation`) what a schema cannot say: every artifact present with its size and sha256, each artifact's contract
+consistent with the plan's geometry, steps that share a cache sharing its layout, windows that
+are exactly the ramp's schedule, and the plan's own id.
+
+The Rockchip runtime reads only the ``speech_decoder`` block, passed as the session option
+``qwen3_tts.exec_plan`` (DESIGN §5)::
+
+    {"speech_decoder": {"impl": "rknn", "artifacts": {"main": PATH, "first": PATH}}}
+
+Roles: a stateful plan has ``main`` and optionally ``first`` (a small first step that shares
+the cache); a windowed plan has one role per window of the schedule (``window_c{context}_n{chunk}``).
+No torch here: a board-side tool can read and check a plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..files import read_json_file, write_json_atomically
+from ..geometry import CodecGeometry
+from ..graphs.step_contract import StepContract
+from ..graphs.window_contract import Window, window_schedule
+from . import validation
+from .schema import PLAN_SCHEMA, PLAN_SCHEMA_VERSION, ExecPlanError, check_schema
+
+PLAN_NAME = "exec_plan.json"
+DEFAULT_DEVICE_DIR = "/data/qwen3-tts"
+
+
+@dataclass(frozen=True)
+class PlanArtifact:
+    """One file of a plan: its role, where it is (relative to the plan) and what it must be."""
+
+    role: str
+    file: str
+    sha256: str
+    size_bytes: int
+    contract: dict[str, Any]
+    source: dict[str, Any] | None = None  # the ONNX graph an .rknn was compiled from (file, sha256, size_bytes)
+    verification: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        row = {"file": self.file, "sha256": self.sha256, "size_bytes": self.size_bytes, "contract": self.contract}
+        if self.source is not None:
+            row["source"] = self.source
+        if self.verification is not None:
+            row["verification"] = self.verification
+        return row
+
+
+@dataclass(frozen=True)
+class ExecPlan:
+    """A validated plan. ``directory`` is where its artifacts are (``None`` for a plan not read from disk)."""
+
+    hardware_class: str
+    graph_kind: str
+    backend: str
+    dtype: str
+    model: dict[str, Any]
+    codec: CodecGeometry
+    artifacts: dict[str, PlanArtifact]
+    target: str | None = None
+    windowed: dict[str, Any] | None = None
+    device_dir: str = DEFAULT_DEVICE_DIR
+    build: dict[str, Any] = field(default_factory=dict)
+    directory: Path | None = field(default=None, compare=False)
+
+    # -- derived ------------------------------------------------------------------------------------
+
+    @property
+    def speech_decoder(self) -> dict[str, Any]:
+        """The block the Rockchip runtime reads: impl and the artifacts' paths on the device."""
+        root = self.device_dir.rstrip("/")
+        return {"impl": self.backend, "artifacts": {role: f"{root}/{a.file}" for role, a in self.artifacts.items()}}
+
+    @property
+    def plan_id(self) -> str:
+        """sha256 of the plan's canonical JSON (see :func:`_plan_digest`): what a stream's start message names."""
+        return _plan_digest(self._body())
+
+    def step_contract(self, role: str) -> StepContract:
+        return StepContract.from_json(self.artifacts[role].contract, source=f"plan artifact {role!r}")
+
+    @property
+    def schedule(self) -> tuple[Window, ...]:
+        if self.windowed is None:
+            raise ExecPlanError(f"a {self.graph_kind} plan has no window schedule")
+        return window_schedule(tuple(self.windowed["ramp"]), int(self.windowed["context_frames"]))
+
+    def path(self, role: str) -> Path:
+        if self.directory is None:
+            raise ExecPlanError("this plan was not read from a directory; its artifact paths are relative to one")
+        return self.directory / self.artifacts[role].file
+
+    # -- JSON ---------------------------------------------------------------------------------------
+
+    def _body(self) -> dict[str, Any]:
+        body = {
+            "schema": PLAN_SCHEMA,
+            "schema_version": PLAN_SCHEMA_VERSION,
+            "hardware_class": self.hardware_class,
+            "graph_kind": self.graph_kind,
+            "backend": self.backend,
+            "dtype": self.dtype,
+            "target": self.target,
+            "model": self.model,
+            **self.codec.to_json(),
+            "device_dir": self.device_dir,
+            "speech_decoder": self.speech_decoder,
+            "artifacts": {role: artifact.to_json() for role, artifact in self.artifacts.items()},
+            "build": self.build,
+        }
+        if self.windowed is not None:
+            body["windowed"] = self.windowed
+        return body
+
+    def to_json(self) -> dict[str, Any]:
+        body = self._body()
+        return {**body, "plan_id": _plan_digest(body)}
+
+    def write(self, directory: str | os.PathLike[str] | None = None) -> Path:
+        directory = Path(directory) if directory is not None else self.directory
+        if directory is None:
+            raise ExecPlanError("write(): no directory given and the plan was not read from one")
+        return write_json_atomically(directory / PLAN_NAME, self.to_json())
+
+    @classmethod
+    def from_json(cls, payload: Any, directory: Path | None = None, source: str = "plan") -> ExecPlan:
+        """Parse and check everything that does not need the artifact files (see :meth:`load`)."""
+        check_schema(payload, source)
+        plan = cls(
+            hardware_class=payload["hardware_class"],
+            graph_kind=payload["graph_kind"],
+            backend=payload["backend"],
+            dtype=payload["dtype"],
+            model=payload["model"],
+            codec=CodecGeometry.from_json(payload),
+            artifacts={
+                role: PlanArtifact(
+                    role=role,
+                    file=row["file"],
+                    sha256=row["sha256"],
+                    size_bytes=row["size_bytes"],
+                    contract=row["contract"],
+                    source=row.get("source"),
+                    verification=row.get("verification"),
+                )
+                for role, row in payload["artifacts"].items()
+            },
+            target=payload.get("target"),
+            windowed=payload.get("windowed"),
+            device_dir=payload["device_dir"],
+            build=payload.get("build", {}),
+            directory=directory,
+        )
+        if payload["plan_id"] != plan.plan_id:
+            raise ExecPlanError(
+                f"{source}: plan_id: the plan says {payload['plan_id'][:16]}..., its content hashes to "
+                f"{plan.plan_id[:16]}...; the plan was edited by hand or damaged: rebuild it"
+            )
+        if payload["speech_decoder"] != plan.speech_decoder:
+            raise ExecPlanError(
+                f"{source}: speech_decoder: {payload['speech_decoder']} does not match the artifacts and device_dir "
+                f"({plan.speech_decoder}); rebuild the plan"
+            )
+        validation.check_contracts(plan, source)
+        return plan
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], check_sha256: bool = True) -> ExecPlan:
+        """Read ``path`` (a plan file or the directory holding ``exec_plan.json``) and validate it fully."""
+        path, payload = read_json_file(
+            path,
+            PLAN_NAME,
+            ExecPlanError,
+            "no execution plan at {path}; build one with `python -m vllm_omni.edge build --hardware CLASS "
+            "--model DIR_OR_ID --out DIR`",
+            "rebuild the plan",
+        )
+        plan = cls.from_json(payload, directory=path.parent, source=str(path))
+        validation.check_artifacts(plan, str(path), check_sha256=check_sha256)
+        return plan
+
+    # -- human-readable -----------------------------------------------------------------------------
+
+    def summary(self) -> str:
+        """A few lines a person can read: what the plan decodes with, and each artifact."""
+        model = self.model.get("id", "?")
+        lines = [
+            f"plan {self.plan_id[:12]}  hardware class {self.hardware_class}"
+            + (f" (target {self.target})" if self.target else ""),
+            f"  decodes {self.graph_kind} with {self.backend} ({self.dtype}); model {model}",
+            f"  geometry: {self.codec.num_quantizers} codebooks x {self.codec.codebook_size}, "
+            f"{self.codec.samples_per_frame} samples per frame at {self.codec.sample_rate} Hz",
+        ]
+        if self.windowed is not None:
+            lines.append(
+                f"  windows: ramp {list(self.windowed['ramp'])}, context {self.windowed['context_frames']} frames, "
+                f"partitioner {self.windowed.get('partitioner')}"
+            )
+        total = 0
+        for role, artifact in self.artifacts.items():
+            total += artifact.size_bytes
+            contract = artifact.contract
+            if self.graph_kind == "stateful":
+                shape = f"B={contract['step_frames']} N={contract['cache_numel']}"
+            else:
+                shape = f"{contract['context_frames']}+{contract['chunk_frames']} frames"
+            check = artifact.verification or {}
+            verdict = f", {check['snr_db']:.1f} dB" if isinstance(check.get("snr_db"), (int, float)) else ""
+            lines.append(
+                f"  {role:<16} {artifact.file:<28} {shape:<20} {artifact.size_bytes / 1e6:8.1f} MB "
+                f"sha256 {artifact.sha256[:12]}{verdict}"
+            )
+        lines.append(f"  {len(self.artifacts)} artifacts, {total / 1e6:.1f} MB; on the device under {self.device_dir}")
+        return "\n".join(lines)
+
+
+def session_option(plan: ExecPlan) -> str:
+    """The ``qwen3_tts.exec_plan=...`` session option: the plan's ``speech_decoder`` block as compact JSON."""
+    return "qwen3_tts.exec_plan=" + json.dumps({"speech_decoder": plan.speech_decoder}, separators=(",", ":"))
+
+
+def _plan_digest(body: dict[str, Any]) -> str:
+    """sha256 of what decides the audio: everything but ``build`` and each artifact's ``verification``
+    (timings and check results change on every rebuild of identical artifacts)."""
+    identity = {key: value for key, value in body.items() if key not in ("build", "plan_id")}
+    identity["artifacts"] = {
+        role: {key: value for key, value in row.items() if key != "verification"}
+        for role, row in body.get("artifacts", {}).items()
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

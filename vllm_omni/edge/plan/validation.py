@@ -1,0 +1,130 @@
+"""What a plan's schema cannot say, checked: contracts against the geometry and each other, files (no torch).
+
+- stateful plans: roles ``main`` and optionally ``first``; each step contract agrees with the plan's
+  codec geometry and its own shapes; steps that share a cache share its layout;
+- windowed plans: exactly the programs of the ramp's schedule, each with its window contract;
+- every artifact (and recorded ONNX source) present in the plan directory with its size and sha256.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..files import check_file
+from ..graphs.step_contract import StepContractError
+from ..graphs.window_contract import WindowConfigError, WindowContract, check_ramp, window_schedule
+from .schema import ExecPlanError
+
+if TYPE_CHECKING:
+    from .model import ExecPlan
+
+
+def check_contracts(plan: ExecPlan, source: str = "plan") -> None:
+    """Contracts against the geometry and each other; windows against the ramp and context."""
+    if plan.graph_kind == "stateful":
+        _check_steps(plan, source)
+    else:
+        _check_windows(plan, source)
+
+
+def _check_steps(plan: ExecPlan, source: str) -> None:
+    if "main" not in plan.artifacts or set(plan.artifacts) - {"main", "first"}:
+        raise ExecPlanError(
+            f"{source}: artifacts: a stateful plan has roles 'main' and optionally 'first', found "
+            f"{sorted(plan.artifacts)}"
+        )
+    contracts = {}
+    for role in plan.artifacts:
+        try:
+            contracts[role] = plan.step_contract(role)
+        except (StepContractError, TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            raise ExecPlanError(f"{source}: artifacts.{role}.contract: {exc}") from exc
+        contract = contracts[role]
+        for name, (have, want) in contract.codec.mismatches(plan.codec).items():
+            if have != want:
+                raise ExecPlanError(
+                    f"{source}: artifacts.{role}.contract: {name} is {have}, the plan's geometry says {want}; "
+                    "the artifact comes from another checkpoint: rebuild the plan"
+                )
+        shapes = plan.artifacts[role].contract
+        for key, expected in (("inputs", contract.input_shapes()), ("outputs", contract.output_shapes())):
+            if shapes.get(key) != expected:
+                raise ExecPlanError(
+                    f"{source}: artifacts.{role}.contract.{key}: {shapes.get(key)} does not follow from "
+                    f"step_frames={contract.step_frames}, cache_numel={contract.cache_numel} ({expected})"
+                )
+    if "first" in contracts:
+        main, first = contracts["main"], contracts["first"]
+        for name in ("cache_numel", "head_dim", "kv_slots"):
+            if getattr(first, name) != getattr(main, name):
+                raise ExecPlanError(
+                    f"{source}: artifacts.first.contract.{name} is {getattr(first, name)} and "
+                    f"artifacts.main.contract.{name} is {getattr(main, name)}; steps that share a cache must "
+                    "agree: export both from one checkpoint"
+                )
+        if not first.shares_cache_with(main):
+            raise ExecPlanError(
+                f"{source}: artifacts.first.contract.cache_layout differs from artifacts.main's; steps that "
+                "share a cache must agree: export both from one checkpoint"
+            )
+
+
+def _check_windows(plan: ExecPlan, source: str) -> None:
+    if plan.windowed is None:
+        raise ExecPlanError(f"{source}: windowed: a windowed plan needs its ramp and context_frames")
+    try:
+        ramp = check_ramp(tuple(plan.windowed["ramp"]), int(plan.windowed["context_frames"]))
+    except WindowConfigError as exc:
+        raise ExecPlanError(f"{source}: windowed: {exc}") from exc
+    expected = {w.name: w for w in window_schedule(ramp, int(plan.windowed["context_frames"]))}
+    if set(plan.artifacts) != set(expected):
+        raise ExecPlanError(
+            f"{source}: artifacts: the ramp {list(ramp)} with context {plan.windowed['context_frames']} needs "
+            f"programs {sorted(expected)}, the plan lists {sorted(plan.artifacts)}"
+        )
+    for role, window in expected.items():
+        want = WindowContract(window, plan.codec).to_json()
+        have = plan.artifacts[role].contract
+        for key, value in want.items():
+            if have.get(key) != value:
+                raise ExecPlanError(
+                    f"{source}: artifacts.{role}.contract.{key}: {have.get(key)}, but window {role} with "
+                    f"{plan.codec.num_quantizers} codebooks and hop {plan.codec.samples_per_frame} needs {value}"
+                )
+
+
+def check_artifacts(plan: ExecPlan, source: str = "plan", check_sha256: bool = True) -> None:
+    """Every artifact (and recorded source graph) present with the plan's size and sha256."""
+    if plan.directory is None:
+        raise ExecPlanError(f"{source}: the plan was not read from a directory; nothing to check files against")
+    for role, artifact in plan.artifacts.items():
+        _check_file(
+            plan, source, f"artifacts.{role}", artifact.file, artifact.size_bytes, artifact.sha256, check_sha256
+        )
+        if artifact.source is not None:
+            row = artifact.source
+            _check_file(
+                plan, source, f"artifacts.{role}.source", row["file"], row["size_bytes"], row["sha256"], check_sha256
+            )
+
+
+def _check_file(
+    plan: ExecPlan, source: str, field_name: str, file: str, size: int, sha256: str, check_sha256: bool
+) -> None:
+    mismatch = check_file(plan.directory / file, size, sha256, check_sha256)
+    if mismatch is None:
+        return
+    if mismatch.field == "file":
+        raise ExecPlanError(
+            f"{source}: {field_name}.file: {file} is missing from {plan.directory}; copy the whole plan "
+            "directory, or rebuild it"
+        )
+    if mismatch.field == "size_bytes":
+        raise ExecPlanError(
+            f"{source}: {field_name}.size_bytes: the plan says {size} bytes, {file} has {mismatch.found}; the file is "
+            "truncated or replaced: copy it again or rebuild the plan"
+        )
+    raise ExecPlanError(
+        f"{source}: {field_name}.sha256: the plan says {sha256[:16]}..., {file} hashes to "
+        f"{mismatch.found[:16]}...; the file was changed or damaged: copy it again or rebuild the plan"
+    )

@@ -1,0 +1,58 @@
+"""Writing one stream's messages in order (the server side, and recordings)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from .messages import (
+    FLAG_END_OF_STREAM,
+    FLAG_RESET,
+    FLAG_SEGMENT_END,
+    HEADER,
+    PROTOCOL_VERSION,
+    StreamDone,
+    StreamStart,
+)
+from .packing import pack11
+
+
+class CodecStreamEncoder:
+    """Messages of one stream in order: ``start()``, ``frames(...)`` any number of times, ``done()``."""
+
+    def __init__(self, start: StreamStart):
+        start.check()
+        self.contract = start
+        self.seq = 0
+        self.frames_sent = 0
+
+    def start(self) -> bytes:
+        return json.dumps(self.contract.to_json(), separators=(",", ":")).encode()
+
+    def frames(self, frames: np.ndarray, *, end_of_stream=False, segment_end=False, reset=False) -> bytes:
+        """One binary message. ``frames``: integer codes ``[T, Q]`` (T may be 0 only with a flag)."""
+        frames = np.asarray(frames)
+        contract = self.contract
+        if frames.ndim != 2 or frames.shape[1] != contract.num_quantizers:
+            raise ValueError(f"frames must be [T, {contract.num_quantizers}], found {list(frames.shape)}")
+        count = frames.shape[0]
+        flags = (
+            (FLAG_END_OF_STREAM if end_of_stream else 0)
+            | (FLAG_SEGMENT_END if segment_end else 0)
+            | (FLAG_RESET if reset else 0)
+        )
+        if count > contract.max_frames_per_message or (count == 0 and not flags):
+            raise ValueError(f"a message holds 1..{contract.max_frames_per_message} frames, found {count}")
+        if count and (frames.min() < 0 or frames.max() >= contract.codebook_size):
+            raise ValueError(f"codes must be in 0..{contract.codebook_size - 1}")
+        header = HEADER.pack(PROTOCOL_VERSION, flags, count, self.seq, self.frames_sent)
+        body = frames.astype("<i2").tobytes() if contract.packing == "int16" else pack11(frames)
+        self.seq += 1
+        self.frames_sent += count
+        return header + body
+
+    def done(self, reason: str = "complete", error: str | None = None) -> bytes:
+        last = self.seq - 1 if self.seq else None
+        payload = StreamDone(self.frames_sent, last, reason, error).to_json()
+        return json.dumps(payload, separators=(",", ":")).encode()

@@ -1,0 +1,25 @@
+"""Reference stream decoders in eager torch (no export): what tests and benchmarks compare programs with."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE, Qwen3TTSTokenizerV2Decoder
+
+from ..geometry import CodecGeometry
+from ..graphs.window_contract import window_schedule
+from ..graphs.windowed import EagerWindowRunner
+from ..runtime.windowed_decoder import WindowedDecoder
+
+
+def eager_windowed_decoder(
+    decoder: Qwen3TTSTokenizerV2Decoder, ramp: Sequence[int], context_frames: int
+) -> WindowedDecoder:
+    """A :class:`WindowedDecoder` whose windows run in eager torch, with the schedule of ``ramp`` and context."""
+    schedule = window_schedule(ramp, context_frames)
+    return WindowedDecoder(
+        {window: EagerWindowRunner(decoder, window) for window in schedule},
+        ramp=ramp,
+        context_frames=context_frames,
+        codec=CodecGeometry.of_decoder(decoder, OUTPUT_SAMPLE_RATE),
+    )
