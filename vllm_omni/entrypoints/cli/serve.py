@@ -1,0 +1,109 @@
+"""``vllm serve MODEL --omni --edge-hardware CLASS[,CLASS...] [--edge-artifacts DIR]``.
+
+vLLM's serve subcommand (every flag of it, its ``validate`` and ``cmd``: headless and several API
+servers keep working), plus:
+
+* the talker's engine settings (its logits processor, no prefix caching, prompts as ids, the v1
+  model runner), set unless the user set them; the model refuses contradicting ones at start-up;
+* ``--edge-hardware``: classes to publish plans for, checked against the registry;
+* ``--edge-artifacts``: one plan directory per class, validated or built from the served model's
+  ``speech_tokenizer/`` before the engine starts (progress lines on stderr; resumable);
+* the endpoint plugin (``vllm_omni.entrypoints.edge_routes``) allow-listed in ``VLLM_PLUGINS``
+  together with the talker's general plugin, so the hand-off itself enables the routes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from vllm.entrypoints.cli.serve import ServeSubcommand
+
+from vllm_omni.model_executor.models.qwen3_tts.talker_requests import LOGITS_PROCESSOR
+
+GENERAL_PLUGIN = "qwen3_tts_talker"
+ENDPOINT_PLUGIN = "vllm_omni_edge"
+DEFAULT_ARTIFACTS = Path("edge-artifacts")
+
+
+def say(message: str) -> None:
+    print(f"[vllm-omni] {message}", file=sys.stderr, flush=True)
+
+
+def allow_plugins(*names: str) -> None:
+    """Add ``names`` to ``VLLM_PLUGINS`` (an allow-list for every plugin group once it is set)."""
+    current = [n for n in os.environ.get("VLLM_PLUGINS", "").split(",") if n]
+    if "VLLM_PLUGINS" in os.environ and not current:
+        current = []
+    os.environ["VLLM_PLUGINS"] = ",".join(dict.fromkeys([*current, *names]))
+
+
+def apply_talker_engine_settings(args: argparse.Namespace) -> None:
+    """The engine settings the talker needs, where the command line left them at vLLM's defaults."""
+    os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
+    processors = list(getattr(args, "logits_processors", None) or [])
+    if LOGITS_PROCESSOR not in processors:
+        args.logits_processors = [*processors, LOGITS_PROCESSOR]
+    if getattr(args, "enable_prefix_caching", None) is None:
+        args.enable_prefix_caching = False
+    args.skip_tokenizer_init = True
+    if getattr(args, "generation_config", "auto") == "auto":
+        args.generation_config = "vllm"
+    if (getattr(args, "max_logprobs", None) or 0) < 15:
+        args.max_logprobs = 20
+
+
+class OmniServeSubcommand(ServeSubcommand):
+    """vLLM's ``serve`` with the talker's settings and the edge plans."""
+
+    def subparser_init(self, subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+        parser = super().subparser_init(subparsers)
+        edge = parser.add_argument_group("vLLM-Omni edge")
+        edge.add_argument(
+            "--edge-hardware",
+            default=None,
+            help="hardware classes to publish execution plans for, comma-separated (npu_phone, rockchip_npu, "
+            "cpu_x86_64, cpu_arm64; `python -m vllm_omni.edge hardware list`)",
+        )
+        edge.add_argument(
+            "--edge-artifacts",
+            type=Path,
+            default=DEFAULT_ARTIFACTS,
+            help="directory of the plans, one folder per class; missing plans are built at start-up",
+        )
+        return parser
+
+    def validate(self, args: argparse.Namespace) -> None:
+        super().validate(args)
+        from vllm_omni.edge.errors import EdgeError
+
+        from ..edge_plans import parse_classes
+
+        try:
+            args.edge_classes = parse_classes(args.edge_hardware) if args.edge_hardware else []
+        except EdgeError as error:
+            print(f"error: --edge-hardware: {error}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+    @staticmethod
+    def cmd(args: argparse.Namespace) -> None:
+        from vllm_omni.edge.errors import EdgeError
+
+        from ..edge_plans import prepare_plans
+
+        model = getattr(args, "model_tag", None) or args.model
+        apply_talker_engine_settings(args)
+        allow_plugins(GENERAL_PLUGIN, ENDPOINT_PLUGIN)
+        try:
+            plans = prepare_plans(model, args.edge_classes, args.edge_artifacts, progress=say)
+        except EdgeError as error:
+            print(f"error: {error}", file=sys.stderr)
+            raise SystemExit(1) from None
+        say(
+            "publishing "
+            + (", ".join(f"{name} ({plan.plan_id[:12]})" for name, plan in plans.published.items()) or "no plans")
+            + f"; server-side PCM through {plans.server_decoder.hardware_class}"
+        )
+        ServeSubcommand.cmd(args)
