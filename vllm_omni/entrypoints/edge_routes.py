@@ -14,7 +14,6 @@ A vLLM endpoint plugin (``vllm.endpoint_plugins`` entry point ``vllm_omni_edge``
   (``stream`` true: chunked as decoded).
 """
 
-
 import asyncio
 import struct
 import uuid
