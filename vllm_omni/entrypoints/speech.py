@@ -13,6 +13,7 @@ turns sampling off for codebook 0 and the residual codebooks alike.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -26,6 +27,8 @@ from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import Qw
 from vllm_omni.model_executor.models.qwen3_tts.engine_ids import decode_residuals
 from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import PromptBuilder, SpeechRequestError
 from vllm_omni.model_executor.models.qwen3_tts.talker_requests import LOGITS_PROCESSOR, TalkerRequestSpec
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["AsyncCodecFrameGenerator", "CodecFrameGenerator", "SpeechRequest", "SpeechRequestError"]
 
@@ -199,11 +202,14 @@ def engine_defaults(engine_args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _hub_snapshot(model: str) -> Path | None:
-    try:
-        from huggingface_hub import snapshot_download
+    """The hub snapshot holding ``generation_config.json`` (vLLM fetched the rest of the model already)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError
 
+    try:
         return Path(snapshot_download(model, allow_patterns=["generation_config.json"]))
-    except Exception:  # no hub access: the hard defaults stand
+    except (HfHubHTTPError, OSError) as error:
+        logger.warning("no generation_config.json for %s (%s): the official hard defaults apply", model, error)
         return None
 
 

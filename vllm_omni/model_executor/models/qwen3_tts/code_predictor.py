@@ -199,10 +199,6 @@ def sample_code(
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def greedy_codes(_group: int, logits: torch.Tensor) -> torch.Tensor:
-    return logits.argmax(dim=-1)
-
-
 def picker_for(rows: Sequence[tuple[bool, float, int, float, torch.Generator | None]]) -> CodePicker:
     """A picker that treats row ``i`` greedily or samples it with its own settings and generator."""
 

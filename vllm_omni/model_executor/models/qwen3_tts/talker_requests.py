@@ -142,9 +142,6 @@ class TalkerBatch:
         if swap and second is not None:
             self.rows[a] = second
 
-    def live_states(self) -> int:
-        return len(self._states)
-
 
 TALKER_BATCH = TalkerBatch()
 
