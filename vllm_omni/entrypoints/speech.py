@@ -23,7 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import Qwen3TTSConfig
+from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
+    OFFICIAL_GENERATION_DEFAULTS,
+    Qwen3TTSConfig,
+)
 from vllm_omni.model_executor.models.qwen3_tts.engine_ids import decode_residuals
 from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import PromptBuilder, SpeechRequestError
 from vllm_omni.model_executor.models.qwen3_tts.talker_requests import LOGITS_PROCESSOR, TalkerRequestSpec
@@ -32,18 +35,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["AsyncCodecFrameGenerator", "CodecFrameGenerator", "SpeechRequest", "SpeechRequestError"]
 
-HARD_DEFAULTS = {  # the official wrapper's fallbacks when generation_config.json lacks a field
-    "do_sample": True,
-    "top_k": 50,
-    "top_p": 1.0,
-    "temperature": 0.9,
-    "repetition_penalty": 1.05,
-    "subtalker_dosample": True,
-    "subtalker_top_k": 50,
-    "subtalker_top_p": 1.0,
-    "subtalker_temperature": 0.9,
-    "max_new_tokens": 2048,
-}
 MIN_NEW_TOKENS = 2  # the official generate bars EOS for the first two codebook-0 tokens
 
 
@@ -77,10 +68,10 @@ class EngineRequest:
 
 
 def load_generation_defaults(model_dir: Path | None) -> dict[str, Any]:
-    defaults = dict(HARD_DEFAULTS)
+    defaults = dict(OFFICIAL_GENERATION_DEFAULTS)
     path = model_dir / "generation_config.json" if model_dir else None
     if path is not None and path.is_file():
-        defaults.update({k: v for k, v in json.loads(path.read_text()).items() if k in HARD_DEFAULTS})
+        defaults.update({k: v for k, v in json.loads(path.read_text()).items() if k in OFFICIAL_GENERATION_DEFAULTS})
     return defaults
 
 

@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import OFFICIAL_GENERATION_DEFAULTS
+
 from ..files import write_atomically, write_json_atomically
 
 RANDOM_WEIGHTS_NOTE = "RANDOM WEIGHTS written by vllm_omni.edge.testing.talker_checkpoint; not a trained model"
@@ -74,18 +76,7 @@ SPEAKER_DIALECTS: dict[str, str | bool] = {name: False for name in SPEAKER_IDS} 
     "dylan": "beijing_dialect",
     "eric": "sichuan_dialect",
 }
-GENERATION_DEFAULTS = {
-    "do_sample": True,
-    "top_k": 50,
-    "top_p": 1.0,
-    "temperature": 0.9,
-    "repetition_penalty": 1.05,
-    "subtalker_dosample": True,
-    "subtalker_top_k": 50,
-    "subtalker_top_p": 1.0,
-    "subtalker_temperature": 0.9,
-    "max_new_tokens": 8192,
-}
+GENERATION_DEFAULTS = {**OFFICIAL_GENERATION_DEFAULTS, "max_new_tokens": 8192}  # as the released files
 
 # Special text tokens, in the order they follow the BPE vocabulary.
 SPECIAL_TOKENS = {

@@ -19,21 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .configuration_qwen3_tts import Qwen3TTSCodePredictorConfig
-
-
-class RMSNorm(nn.Module):
-    """RMSNorm computed in float32, weight applied after the cast back (as the official module)."""
-
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+from .tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import RMSNorm  # float32 statistics, as the official
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -20,6 +20,22 @@ from transformers import PretrainedConfig
 
 from .engine_ids import engine_vocab_size
 
+# The official wrapper's generation defaults where a checkpoint's generation_config.json lacks a
+# field (qwen-tts 0.1.1 ``Qwen3TTSModel._merge_generate_kwargs``); released checkpoints ship the same
+# values with max_new_tokens 8192.
+OFFICIAL_GENERATION_DEFAULTS = {
+    "do_sample": True,
+    "top_k": 50,
+    "top_p": 1.0,
+    "temperature": 0.9,
+    "repetition_penalty": 1.05,
+    "subtalker_dosample": True,
+    "subtalker_top_k": 50,
+    "subtalker_top_p": 1.0,
+    "subtalker_temperature": 0.9,
+    "max_new_tokens": 2048,
+}
+
 
 class Qwen3TTSCodePredictorConfig(PretrainedConfig):
     """The code predictor: a small transformer producing codebooks 1..15 of a frame."""
