@@ -28,12 +28,29 @@ CODEC_MEDIA_TYPE = "application/x-qwen3-tts-codec-stream"
 TASK_TYPES = {"CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
 
 
+# SpeechRequest fields a speech request may set under their own names (the rest are OpenAI's).
+GENERATOR_FIELDS = (
+    "non_streaming_mode",
+    "max_frames",
+    "greedy",
+    "temperature",
+    "top_k",
+    "top_p",
+    "repetition_penalty",
+    "seed",
+)
+
+
 def speech_body_model():
-    from pydantic import BaseModel, Field
+    """The body of ``POST /v1/audio/speech``: OpenAI's fields, Qwen3-TTS's, and the generator's."""
+    import dataclasses
+    import typing
 
-    class SpeechBody(BaseModel):
-        """``POST /v1/audio/speech``: OpenAI's fields, Qwen3-TTS's, and the generator's."""
+    from pydantic import BaseModel, Field, create_model
 
+    from .speech import SpeechRequest
+
+    class OpenAISpeech(BaseModel):
         model: str | None = None
         input: str
         voice: str | None = None
@@ -43,17 +60,13 @@ def speech_body_model():
         response_format: Literal["codec", "pcm", "wav"] = "wav"
         edge_hardware: str | None = None
         stream: bool = False
-        non_streaming_mode: bool = True
         frames_per_message: int = Field(default=4, ge=1, le=256)
-        max_frames: int | None = None
-        greedy: bool | None = None
-        temperature: float | None = None
-        top_k: int | None = None
-        top_p: float | None = None
-        repetition_penalty: float | None = None
-        seed: int | None = None
 
-    return SpeechBody
+    hints = typing.get_type_hints(SpeechRequest)
+    generator = {
+        f.name: (hints[f.name], f.default) for f in dataclasses.fields(SpeechRequest) if f.name in GENERATOR_FIELDS
+    }
+    return create_model("SpeechBody", __base__=OpenAISpeech, **generator)
 
 
 @dataclass
@@ -176,19 +189,9 @@ def build_router():
 def to_speech_request(body):
     from .speech import SpeechRequest
 
+    generator = {name: getattr(body, name) for name in GENERATOR_FIELDS}
     return SpeechRequest(
-        text=body.input,
-        speaker=body.voice,
-        language=body.language,
-        instruct=body.instructions,
-        non_streaming_mode=body.non_streaming_mode,
-        max_frames=body.max_frames,
-        greedy=body.greedy,
-        temperature=body.temperature,
-        top_k=body.top_k,
-        top_p=body.top_p,
-        repetition_penalty=body.repetition_penalty,
-        seed=body.seed,
+        text=body.input, speaker=body.voice, language=body.language, instruct=body.instructions, **generator
     )
 
 
