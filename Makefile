@@ -3,7 +3,7 @@ PY := .venv/bin/python
 # Test modules that run in the serving venv (marked `vllm`; the rest of the suite needs .venv's packages).
 VLLM_TESTS := tests/entrypoints tests/model_executor/models/qwen3_tts/test_talker.py
 
-.PHONY: setup setup-oracle setup-rknn setup-vllm demo test test-vllm lint bench bench-talker bench-rknn clean
+.PHONY: setup setup-oracle setup-rknn setup-vllm demo test test-vllm lint bench bench-talker bench-serve bench-rknn clean
 
 setup:
 	@tools/setup_venv.sh .venv requirements/dev.txt --editable
@@ -50,6 +50,10 @@ bench: setup
 # Talker frames/s at 1, 4 and 8 concurrent requests vs the official talker (tiny and released 0.6B, random weights).
 bench-talker: setup-oracle setup-vllm
 	.venv-vllm/bin/python benchmarks/bench_talker.py --out out/bench
+
+# A loopback `vllm serve --omni` server: codec streams decoded on the client vs server-side PCM, 1/4/8 streams.
+bench-serve: setup-vllm
+	.venv-vllm/bin/python benchmarks/bench_serve.py --out out/bench
 
 # Released-geometry RKNN compile + simulator check (about 5 GB of RAM and minutes per step size).
 bench-rknn: setup setup-rknn

@@ -1,0 +1,184 @@
+"""Serving on loopback: codec frames to the device vs PCM decoded on the server, 1/4/8 concurrent streams.
+
+    .venv-vllm/bin/python benchmarks/bench_serve.py --out out/bench [--frames 50] [--concurrency 1 4 8]
+
+RANDOM WEIGHTS (a tiny-talker checkpoint at the small decoder geometry, written under ``--out``).
+One ``vllm serve --omni --edge-hardware cpu_x86_64`` server on 127.0.0.1; for each concurrency, N
+clients post the same greedy request at once, in two modes measured in the same run:
+
+* ``codec``: the wire protocol for the cpu_x86_64 plan, decoded on the client side with the plan
+  (``EdgeClient``-style: ``open_decoder`` + ``feed``) as the messages arrive;
+* ``pcm``: ``response_format: pcm, stream: true``, the server decodes with the exact stateful step.
+
+Per stream: time to the first frame (codec) and to the first audio, frames per second, bytes per
+second of speech on the wire. Writes ``serve.json`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+REQUEST = {"input": "Hello there, this is a test of the serving path.", "voice": "Ryan", "language": "English"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(checkpoint: Path, artifacts: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    command = [str(Path(sys.executable).parent / "vllm"), "serve", str(checkpoint), "--omni"]
+    command += ["--edge-hardware", "cpu_x86_64", "--edge-artifacts", str(artifacts), "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024"]
+    command += ["--block-size", "32", "--gpu-memory-utilization", "0.3"]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"the server exited:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5):
+                return process, url
+        except OSError:
+            time.sleep(2)
+    process.kill()
+    raise SystemExit("the server did not start in 900 s")
+
+
+class CountingReader(io.RawIOBase):
+    """A response body that counts the bytes read through it."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.bytes = stream, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        self.bytes += len(data)
+        return data
+
+
+def one_stream(url: str, mode: str, frames: int, plan_dir: Path) -> dict:
+    from vllm_omni.edge.runtime import open_decoder
+    from vllm_omni.edge.stream import FrameBatch, iter_events
+
+    body = {**REQUEST, "greedy": True, "max_frames": frames}
+    body |= (
+        {"response_format": "codec", "edge_hardware": "cpu_x86_64"}
+        if mode == "codec"
+        else {"response_format": "pcm", "stream": True}
+    )
+    request = urllib.request.Request(
+        url + "/v1/audio/speech", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    start = time.perf_counter()
+    first_frame = first_audio = None
+    wire = samples = count = 0
+    with urllib.request.urlopen(request, timeout=600) as response:
+        if mode == "pcm":
+            while chunk := response.read(4096):
+                first_audio = first_audio or time.perf_counter() - start
+                wire += len(chunk)
+                samples += len(chunk) // 2
+        else:
+            decoder = open_decoder(plan_dir, check_sha256=False)
+            counted = CountingReader(response)
+            for event in iter_events(counted):  # messages as they arrive
+                if isinstance(event, FrameBatch) and len(event.frames):
+                    first_frame = first_frame or time.perf_counter() - start
+                    audio = decoder.feed(event.frames)
+                    count += len(event.frames)
+                    if audio.size:
+                        first_audio = first_audio or time.perf_counter() - start
+                    samples += audio.size
+            samples += decoder.flush().size
+            wire = counted.bytes
+    seconds = time.perf_counter() - start
+    audio_seconds = samples / 24000
+    return {
+        "mode": mode,
+        "seconds": seconds,
+        "first_frame_s": first_frame,
+        "first_audio_s": first_audio,
+        "audio_seconds": audio_seconds,
+        "frames_per_s": (count or audio_seconds * 12.5) / seconds,
+        "wire_bytes_per_audio_s": wire / audio_seconds if audio_seconds else float("nan"),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("out/bench"))
+    parser.add_argument("--frames", type=int, default=50)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    args = parser.parse_args()
+    from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+
+    work = args.out / "serve"
+    work.mkdir(parents=True, exist_ok=True)
+    checkpoint = work / "ckpt"
+    if not (checkpoint / "model.safetensors").is_file():
+        write_checkpoint(checkpoint, "small", seed=0, talker="tiny")
+    process, url = start_server(checkpoint, work / "artifacts", work / "server.log")
+    rows = []
+    try:
+        one_stream(url, "codec", 3, work / "artifacts" / "cpu_x86_64")  # warm-up
+        for concurrency in args.concurrency:
+            for mode in ("pcm", "codec"):
+                print(f"[bench] {mode} x{concurrency} ...", flush=True)
+                results: list = [None] * concurrency
+
+                def run(index: int, mode: str = mode, results: list = results) -> None:
+                    results[index] = one_stream(url, mode, args.frames, work / "artifacts" / "cpu_x86_64")
+
+                threads = [threading.Thread(target=run, args=(i,)) for i in range(concurrency)]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                rows.append({"concurrency": concurrency, "mode": mode, "streams": results})
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    (args.out / "serve.json").write_text(
+        json.dumps({"random_weights": True, "frames": args.frames, "rows": rows}, indent=2)
+    )
+
+    def mean(row, key):
+        values = [s[key] for s in row["streams"] if s[key] is not None]
+        return float(np.mean(values)) if values else float("nan")
+
+    print(f"\nServing on loopback, tiny talker + small decoder, RANDOM WEIGHTS, {args.frames} frames per stream")
+    print("| streams | mode | first frame (s) | first audio (s) | frames/s per stream | wire B per s of speech |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        print(
+            f"| {row['concurrency']} | {row['mode']} | {mean(row, 'first_frame_s'):.2f} | "
+            f"{mean(row, 'first_audio_s'):.2f} | "
+            f"{mean(row, 'frames_per_s'):.1f} | {mean(row, 'wire_bytes_per_audio_s'):.0f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
