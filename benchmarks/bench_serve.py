@@ -99,7 +99,7 @@ def one_stream(url: str, mode: str, frames: int, plan_dir: Path) -> dict:
     wire = samples = count = 0
     with urllib.request.urlopen(request, timeout=600) as response:
         if mode == "pcm":
-            while chunk := response.read(4096):
+            while chunk := response.read1(4096):  # what has arrived, not a full 4 KiB
                 first_audio = first_audio or time.perf_counter() - start
                 wire += len(chunk)
                 samples += len(chunk) // 2
