@@ -263,3 +263,81 @@ def test_vllm_omni_console_script_is_the_same_command():
         run = subprocess.run([str(script), "serve", f"--help={flag}"], capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
         assert f"--{flag}" in run.stdout, run.stdout[-2000:]
+
+
+def socket_messages(server, messages: list[dict], key: str = KEY, stop_after_binary: int | None = None):
+    """Send ``messages`` over /v1/audio/speech/stream; the messages received, then the close code and reason."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    received: list = []
+    with connect(url, additional_headers={"Authorization": f"Bearer {key}"}, open_timeout=60) as socket:
+        for message in messages:
+            socket.send(json.dumps(message) if isinstance(message, dict) else message)
+        try:
+            while True:
+                received.append(socket.recv(timeout=300))
+                if stop_after_binary is not None and sum(isinstance(m, bytes) for m in received) >= stop_after_binary:
+                    socket.send(json.dumps({"type": "cancel"}))
+                    stop_after_binary = None
+        except ConnectionClosed:
+            pass
+        return received, socket.close_code, socket.close_reason
+
+
+def as_recording(messages: list) -> list:
+    """The socket's messages as events of the wire protocol (the parser checks order, counts and totals)."""
+    from vllm_omni.edge.stream import KIND_BINARY, KIND_JSON, RECORDING_MAGIC, record
+
+    data = RECORDING_MAGIC + b"".join(
+        record(KIND_BINARY, m) if isinstance(m, bytes) else record(KIND_JSON, m.encode()) for m in messages
+    )
+    return list(iter_events(io.BytesIO(data)))
+
+
+def test_websocket_speaks_text_pieces_as_segments(server, offline_frames):
+    start = {"type": "start", "voice": "Ryan", "language": "English", "greedy": True, "max_frames": 20}
+    pieces = [HELLO["input"], "And a second piece of text."]
+    messages, code, _ = socket_messages(
+        server,
+        [{**start, "edge_hardware": "cpu_x86_64"}, *({"type": "text", "text": p} for p in pieces), {"type": "end"}],
+    )
+    assert code == 1000
+    segments, current = [], []
+    for event in as_recording(messages):
+        if isinstance(event, FrameBatch):
+            current += list(event.frames)
+            if event.segment_end:
+                segments.append(np.asarray(current))
+                current = []
+    assert len(segments) == 2
+    np.testing.assert_array_equal(segments[0], offline_frames["hello"][:20])
+    second = server.codec_frames({**HELLO, "input": pieces[1], "max_frames": 20})
+    np.testing.assert_array_equal(segments[1], second)
+
+
+def test_websocket_refusals_and_cancel(server):
+    from websockets.exceptions import InvalidStatus
+
+    start = {"type": "start", "voice": "Ryan", "language": "English", "edge_hardware": "cpu_x86_64"}
+    with pytest.raises(InvalidStatus) as refused:
+        socket_messages(server, [start], key="wrong")
+    assert refused.value.response.status_code == 401
+    assert socket_messages(server, ["not json"])[1:] == (4400, "expected a JSON text message with a string 'type'")
+    code, reason = socket_messages(server, [{"type": "text", "text": "hi"}])[1:]
+    assert code == 4400 and "must be type 'start'" in reason
+    code, reason = socket_messages(server, [{**start, "edge_hardware": "npu_phone"}])[1:]
+    assert code == 4404 and "served: cpu_x86_64" in reason
+    code, reason = socket_messages(server, [{**start, "voice": "Nobody"}])[1:]
+    assert code == 4400 and "unknown speaker 'Nobody'" in reason
+
+    long = {**start, "input": HELLO["input"], "greedy": True, "max_frames": 400}
+    messages, code, reason = socket_messages(server, [long], stop_after_binary=3)
+    assert (code, reason) == (1000, "cancelled")
+    assert json.loads(messages[-1])["reason"] == "cancelled"
+    as_recording(messages)  # a well-formed stream up to the cancel, totals included
+    deadline = time.monotonic() + 60
+    while running_requests(server) > 0:
+        assert time.monotonic() < deadline, "the cancelled request kept running in the engine"
+        time.sleep(0.5)
