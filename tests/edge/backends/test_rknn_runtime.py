@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_omni.edge.audio import snr_db
+from vllm_omni.edge.audio import float_to_pcm16, snr_db
 from vllm_omni.edge.errors import EdgeError
 from vllm_omni.edge.plan import ExecPlan, StepArtifact, stateful_plan
 from vllm_omni.edge.runtime.open import open_decoder
@@ -100,3 +100,26 @@ def test_a_file_the_board_runtime_cannot_load_is_a_clear_error(board_plan):
 
         (board_plan / "junk.rknn").write_bytes(b"junk")
         RknnLiteStepRunner(board_plan / "junk.rknn", plan.step_contract("main"))
+
+
+def test_the_board_loop_example_decodes_a_recording(board_plan, small_decoder, repo_root, tmp_path):
+    """examples/decode_on_device.py --rknn-runtime board: the loop a Rockchip board runs, on the stand-in."""
+    import os
+    import subprocess
+    import wave
+
+    frames = random_codes(13, 16, 2048, seed=5)[0].T.numpy().copy()
+    np.save(tmp_path / "frames.npy", frames)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(repo_root)])}
+    record = [sys.executable, "-m", "vllm_omni.edge.codec_stream", "record", "--codes", str(tmp_path / "frames.npy")]
+    record += ["--plan", str(board_plan), "--out", str(tmp_path / "s.qcs")]
+    subprocess.run(record, check=True, capture_output=True, env=env, timeout=300)
+    example = [sys.executable, str(repo_root / "examples" / "decode_on_device.py"), "--plan", str(board_plan)]
+    example += ["--stream", str(tmp_path / "s.qcs"), "--out", str(tmp_path / "b.wav"), "--rknn-runtime", "board"]
+    run = subprocess.run(example, capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    with wave.open(str(tmp_path / "b.wav")) as handle:
+        heard = np.frombuffer(handle.readframes(handle.getnframes()), dtype="<i2").astype(np.float64)
+    with torch.inference_mode():
+        reference = small_decoder(torch.from_numpy(frames.T[None].copy()))[0, 0].numpy()
+    assert snr_db(float_to_pcm16(reference).astype(np.float64), heard) >= 90

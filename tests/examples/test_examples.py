@@ -1,0 +1,66 @@
+"""Every script in examples/ runs as a user would run it (small checkpoints the tests write)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vllm_omni.edge.audio import float_to_pcm16, snr_db
+
+
+def run_example(repo_root: Path, script: str, *args: str, timeout: int = 900) -> str:
+    result = subprocess.run(
+        [sys.executable, str(repo_root / "examples" / script), *args],
+        cwd=repo_root, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def read_wav(path: Path) -> np.ndarray:
+    with wave.open(str(path)) as handle:
+        return np.frombuffer(handle.readframes(handle.getnframes()), dtype="<i2").astype(np.float64)
+
+
+def test_build_a_plan_then_decode_a_recording_on_the_device(repo_root, small_checkpoint, small_decoder, tmp_path):
+    import torch
+
+    plan = tmp_path / "cpu_x86_64"
+    assert "cpu_x86_64" in run_example(repo_root, "build_plan.py", "--model", str(small_checkpoint), "--out", str(plan))
+    frames = np.random.default_rng(3).integers(0, 2048, size=(40, 16))
+    np.save(tmp_path / "frames.npy", frames)
+    subprocess.run(
+        [sys.executable, "-m", "vllm_omni.edge.codec_stream", "record", "--codes", str(tmp_path / "frames.npy"),
+         "--plan", str(plan), "--out", str(tmp_path / "s.qcs")],
+        check=True, cwd=repo_root, capture_output=True, timeout=300,
+    )  # fmt: skip
+    out = tmp_path / "speech.wav"
+    assert "40 frames" in run_example(repo_root, "decode_on_device.py", "--plan", str(plan), "--stream",
+                                      str(tmp_path / "s.qcs"), "--out", str(out))  # fmt: skip
+    with torch.inference_mode():
+        reference = small_decoder(torch.from_numpy(frames).T[None]).numpy().ravel()
+    assert snr_db(float_to_pcm16(reference).astype(np.float64), read_wav(out)) >= 90
+
+
+@pytest.mark.vllm
+def test_generate_frames_offline(repo_root, talker_checkpoint, tmp_path):
+    pytest.importorskip("vllm")
+    out = tmp_path / "frames.npy"
+    stdout = run_example(repo_root, "generate_frames.py", "--model", str(talker_checkpoint), "--text", "Hello there.",
+                         "--greedy", "--max-frames", "12", "--out", str(out))  # fmt: skip
+    frames = np.load(out)
+    assert frames.shape == (12, 16) and "12 frames" in stdout
+
+
+@pytest.mark.vllm
+def test_serve_stream_and_decode_on_loopback(repo_root, talker_checkpoint, tmp_path):
+    pytest.importorskip("vllm")
+    out = tmp_path / "speech.wav"
+    run_example(repo_root, "serve_and_stream.py", "--model", str(talker_checkpoint), "--text", "Hello there.",
+                "--out", str(out), "--artifacts", str(tmp_path / "artifacts"), "--max-frames", "12")  # fmt: skip
+    assert read_wav(out).size == 12 * 48  # 12 frames at the small geometry's 48 samples per frame
