@@ -187,7 +187,7 @@ def test_bad_speech_requests_get_clear_errors(server):
     status, message = server.error("/v1/audio/speech", {**HELLO, "response_format": "codec"})
     assert status == 400 and "needs edge_hardware" in message
     status, message = server.error(
-        "/v1/audio/speech", {**HELLO, "max_frames": 3, "response_format": "codec", "edge_hardware": "rockchip_npu"}
+        "/v1/audio/speech", {**HELLO, "max_frames": 3, "response_format": "codec", "edge_hardware": "npu_phone"}
     )
     assert status == 404 and "not served here" in message
     status, message = server.error("/v1/audio/speech", {"voice": "Ryan"})
