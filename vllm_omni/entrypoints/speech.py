@@ -112,8 +112,6 @@ class FrameAssembler:
 class _SpeechFrontend:
     """What both generators share: the checkpoint's config, tokenizer, defaults and request building."""
 
-    groups_logprobs = 15
-
     def _setup(self, model: str, engine_config: Any, max_model_len: int) -> None:
         from transformers import AutoTokenizer
 
@@ -166,7 +164,7 @@ class _SpeechFrontend:
                 top_p=float(pick(request.top_p, "top_p")) if not greedy else 1.0,
                 seed=request.seed,
                 stop_token_ids=[self.config.talker_config.codec_eos_token_id],
-                logprobs=self.groups_logprobs,
+                logprobs=self.config.talker_config.num_code_groups - 1,  # the residual channel's top entries
                 detokenize=False,
                 skip_special_tokens=False,
                 extra_args=spec.to_extra_args(),
