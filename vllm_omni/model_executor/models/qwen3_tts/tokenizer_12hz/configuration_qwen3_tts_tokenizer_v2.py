@@ -100,7 +100,7 @@ class Qwen3TTSTokenizerV2DecoderConfig:
     def __post_init__(self) -> None:
         for name in ("upsampling_ratios", "upsample_rates"):
             rates = getattr(self, name)
-            if not isinstance(rates, list | tuple) or not all(isinstance(r, int) and not isinstance(r, bool) for r in rates):
+            if not isinstance(rates, list | tuple) or not all(type(r) is int for r in rates):
                 raise DecoderConfigError(f"decoder_config.{name} must be a list of integers, found {rates!r}")
             object.__setattr__(self, name, tuple(rates))
         self._check_types_and_sizes()  # before any arithmetic: 0 heads must not divide, 10**9 must not allocate

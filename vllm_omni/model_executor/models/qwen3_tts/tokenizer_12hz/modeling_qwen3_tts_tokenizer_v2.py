@@ -281,7 +281,8 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """Queries ``start:end`` against the keys their sliding window reaches (``start - window + 1 : end``)."""
         first = max(0, start - window + 1)
-        distance = torch.arange(start, end, device=query.device)[:, None] - torch.arange(first, end, device=query.device)
+        device = query.device
+        distance = torch.arange(start, end, device=device)[:, None] - torch.arange(first, end, device=device)
         mask = torch.zeros(distance.shape, device=query.device, dtype=query.dtype).masked_fill(
             (distance < 0) | (distance >= window), float("-inf")
         )
