@@ -131,7 +131,7 @@ class Qwen3TTSTokenizerV2DecoderConfig:
             if len(rates) > MAX_UPSAMPLE_STAGES or not all(1 <= r <= MAX_UPSAMPLE_RATE for r in rates):
                 raise DecoderConfigError(
                     f"decoder_config.{name} must be at most {MAX_UPSAMPLE_STAGES} integers in 1..{MAX_UPSAMPLE_RATE}, "
-                    f"found {list(rates)[:MAX_UPSAMPLE_STAGES + 1]}"
+                    f"found {list(rates)[: MAX_UPSAMPLE_STAGES + 1]}"
                 )
         if not self.rope_theta > 0 or not self.rms_norm_eps > 0:
             raise DecoderConfigError(
