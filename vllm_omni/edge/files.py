@@ -144,3 +144,38 @@ def read_json_file(
     except OSError as exc:
         raise error(f"{path} is not readable ({exc}); {remedy}") from exc
     return path, parse_json(text, str(path), error, remedy)
+
+
+def remove_partial_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """Remove the ``.<stem>.<random>.partial<suffix>`` temporaries a killed :func:`write_atomically` left.
+
+    Builders call it when they start in their output directory (one build per directory at a time),
+    so a killed build's half-written files are never served or copied with the plan. Returns what it removed.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    removed = []
+    for path in directory.glob(".*.partial*"):
+        if path.is_file() or path.is_symlink():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def starts_with(path: str | os.PathLike[str], prefix: bytes) -> bool:
+    """Whether the file at ``path`` begins with ``prefix`` (``False`` when it cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(prefix)) == prefix
+    except OSError:
+        return False
+
+
+def json_schema_of(path: str | os.PathLike[str]) -> Any:
+    """The ``schema`` field of the JSON object in ``path``, or ``None`` when it is not one (bounded read)."""
+    try:
+        payload = json.loads(read_bounded(path))
+    except (OSError, RecursionError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    return payload.get("schema") if isinstance(payload, dict) else None
