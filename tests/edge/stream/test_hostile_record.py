@@ -25,17 +25,22 @@ def test_float_codes_are_refused_not_truncated(cpu_plan, tmp_path, capsys):
     path = tmp_path / "float.npy"
     np.save(path, np.full((5, 16), 2020.7))
     assert record(cpu_plan, path, tmp_path / "r.qcs") == 1
-    assert "codes must be integers, found dtype float64" in capsys.readouterr().err
+    assert "codes must be whole numbers, found 2020.7" in capsys.readouterr().err
     assert not (tmp_path / "r.qcs").exists()
 
 
-def test_the_encoder_refuses_float_frames_with_a_stream_error(cpu_plan):
+def test_the_encoder_refuses_fractional_and_non_numeric_codes_with_a_stream_error(cpu_plan):
     from vllm_omni.edge.plan import ExecPlan
     from vllm_omni.edge.stream import CodecStreamEncoder, StreamStart
 
     encoder = CodecStreamEncoder(StreamStart.for_plan(ExecPlan.load(cpu_plan, check_sha256=False)))
-    with pytest.raises(InvalidFramesError, match="must be integers"):
-        encoder.frames(np.full((2, 16), 3.0))
+    with pytest.raises(InvalidFramesError, match="must be whole numbers, found 3.5"):
+        encoder.frames(np.full((2, 16), 3.5))
+    with pytest.raises(InvalidFramesError, match="must be whole numbers, found nan"):
+        encoder.frames(np.full((2, 16), np.nan))
+    with pytest.raises(InvalidFramesError, match="must be integers, found dtype <U1"):
+        encoder.frames(np.full((2, 16), "1"))
+    assert encoder.frames(np.full((2, 16), 3.0)) == CodecStreamEncoder(encoder.contract).frames(np.full((2, 16), 3))
 
 
 @pytest.mark.parametrize("size, message", [("-4", ">= 1"), ("0", ">= 1"), ("x", ">= 1"), ("100000", "at most 256")])

@@ -37,11 +37,16 @@ class CodecStreamEncoder:
         contract = self.contract
         if frames.ndim != 2 or frames.shape[1] != contract.num_quantizers:
             raise InvalidFramesError(f"frames must be [T, {contract.num_quantizers}], found {list(frames.shape)}")
-        if not (np.issubdtype(frames.dtype, np.integer)):
-            raise InvalidFramesError(
-                f"codes must be integers, found dtype {frames.dtype}: codec ids are never fractional (a float "
-                "array would be truncated); convert exactly, e.g. codes.astype(np.int64), if they are whole numbers"
-            )
+        if np.issubdtype(frames.dtype, np.floating):  # whole-number floats convert exactly; 2020.7 is no code
+            fractional = ~np.isfinite(frames) | (frames != np.floor(frames))
+            if fractional.any():
+                raise InvalidFramesError(
+                    f"codes must be whole numbers, found {float(frames[fractional].flat[0])} (dtype {frames.dtype}): "
+                    "codec ids are integers and are never rounded or truncated"
+                )
+            frames = frames.astype(np.int64)
+        elif not np.issubdtype(frames.dtype, np.integer):
+            raise InvalidFramesError(f"codes must be integers, found dtype {frames.dtype}")
         count = frames.shape[0]
         flags = (
             (FLAG_END_OF_STREAM if end_of_stream else 0)
