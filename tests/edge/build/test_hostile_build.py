@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +116,62 @@ def test_remove_partial_files_removes_only_write_atomically_temporaries(tmp_path
     removed = sorted(path.name for path in remove_partial_files(tmp_path))
     assert removed == [".manifest.y.partial.json", ".step_b4.x1.partial.onnx"]
     assert sorted(path.name for path in tmp_path.iterdir()) == [".hidden", "partial.onnx", "step_b4.onnx"]
+
+
+def test_plan_validate_on_a_runaway_schedule_is_one_line_at_once(tmp_path, capsys):
+    from vllm_omni.edge.geometry import CodecGeometry
+    from vllm_omni.edge.graphs.window_contract import Window, WindowContract
+    from vllm_omni.edge.plan.model import _plan_digest
+
+    codec = CodecGeometry(24000, 48, 16, 2048)
+    contract = WindowContract(Window(0, 1), codec).to_json()
+    payload = {
+        "schema": "vllm-omni-edge/exec-plan",
+        "schema_version": 2,
+        "hardware_class": "npu_phone",
+        "graph_kind": "windowed",
+        "backend": "executorch",
+        "dtype": "fp32",
+        "target": None,
+        "model": {"id": "x"},
+        **codec.to_json(),
+        "device_dir": "/data/x",
+        "speech_decoder": {"impl": "executorch", "artifacts": {"window_c0_n1": "/data/x/w.pte"}},
+        "artifacts": {"window_c0_n1": {"file": "w.pte", "sha256": "0" * 64, "size_bytes": 1, "contract": contract}},
+        "build": {},
+        "windowed": {"ramp": [1], "context_frames": 10**8},
+    }
+    payload["plan_id"] = _plan_digest(payload)
+    (tmp_path / "exec_plan.json").write_text(json.dumps(payload))
+    started = time.perf_counter()
+    assert edge_main(["plan", "validate", str(tmp_path)]) == 1
+    assert "windowed.context_frames: 100000000 is greater than the maximum of 4096" in one_error_line(capsys)
+    assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda config: config["decoder_config"].update(hidden_size=-512), "hidden_size must be between 1 and"),
+        (lambda config: config["decoder_config"].update(num_key_value_heads=0), "num_key_value_heads must be"),
+    ],
+)
+def test_a_checkpoint_with_a_nonsense_config_is_one_error_line(small_checkpoint, tmp_path, capsys, change, message):
+    import shutil
+
+    model = Path(shutil.copytree(small_checkpoint, tmp_path / "model"))
+    path = model / "speech_tokenizer" / "config.json"
+    config = json.loads(path.read_text())
+    change(config)
+    path.write_text(json.dumps(config))
+    code = edge_main(["build", "--hardware", "cpu_x86_64", "--model", str(model), "--out", str(tmp_path / "p")])
+    assert code == 1 and message in one_error_line(capsys)
+
+
+def test_a_checkpoint_config_that_is_not_utf8_is_one_error_line(small_checkpoint, tmp_path, capsys):
+    import shutil
+
+    model = Path(shutil.copytree(small_checkpoint, tmp_path / "model"))
+    (model / "speech_tokenizer" / "config.json").write_bytes(b'{"decoder_config": "\xff\xfe"}')
+    code = edge_main(["build", "--hardware", "cpu_x86_64", "--model", str(model), "--out", str(tmp_path / "p")])
+    assert code == 1 and "is not valid JSON in UTF-8" in one_error_line(capsys)

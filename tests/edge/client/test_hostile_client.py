@@ -284,3 +284,23 @@ def test_a_client_wav_left_from_a_killed_run_is_reused_not_kept(cpu_plan, stream
     assert client_main(["--stream", str(stream), "--plan", str(cpu_plan), "--out", str(tmp_path / "out.wav")]) == 0
     assert wav_samples(tmp_path / "out.wav") > 0 and not (tmp_path / ".out.partial.wav").exists()
     np.testing.assert_equal(sorted(p.name for p in tmp_path.iterdir()), ["out.wav", "s.qcs"])
+
+
+def test_a_served_plan_with_a_runaway_schedule_is_refused_before_any_download(cpu_plan, tmp_path):
+    from vllm_omni.edge.plan.model import _plan_digest
+
+    payload = json.loads((Path(cpu_plan) / "exec_plan.json").read_text())
+    payload["graph_kind"], payload["windowed"] = "windowed", {"ramp": [1], "context_frames": 10**8}
+    payload["plan_id"] = _plan_digest({k: v for k, v in payload.items() if k != "plan_id"})
+    root = tmp_path / "www" / "plan"
+    root.mkdir(parents=True)
+    (root / "exec_plan.json").write_text(json.dumps(payload))
+    server = HostileServer(lambda handler: _serve_file(handler, tmp_path / "www"))
+    started = time.perf_counter()
+    try:
+        with pytest.raises(ExecPlanError, match="context_frames: 100000000 is greater than the maximum of 4096"):
+            fetch_plan(f"{server.url}/plan/", tmp_path / "cache")
+    finally:
+        server.close()
+    assert time.perf_counter() - started < 5
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == []
