@@ -10,6 +10,7 @@ temporary names, so an interrupted run never leaves a file that looks finished.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -27,11 +28,11 @@ from ..backends.registry import ProgramWriter, get_backend, program_writer
 from ..backends.torch_export import quiet_torch_export
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
 from ..errors import EdgeExportError
-from ..files import file_sha256, remove_partial_files
+from ..files import file_sha256, json_schema_of, read_bounded, remove_partial_files
 from ..geometry import CodecGeometry
 from ..graphs.window_contract import INPUT_NAME, OUTPUT_NAME, Window, check_ramp, window_schedule
 from ..graphs.windowed import WindowedCode2Wav
-from ..plan.manifest import ProgramEntry, TensorSpec, WindowedManifest
+from ..plan.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, ProgramEntry, TensorSpec, WindowedManifest
 from .request import check_out_dir
 from .state import BuildState, tool_versions
 
@@ -153,6 +154,7 @@ def export_windowed_programs(
                 check = check_against_eager(wrapper, path, entry, skeleton, tolerance)
             except EdgeExportError:
                 path.unlink(missing_ok=True)
+                _drop_manifest_naming(out_dir, entry.path)
                 raise
             entry = dataclasses.replace(entry, check=check)
             progress(
@@ -166,6 +168,21 @@ def export_windowed_programs(
     path = manifest.write(out_dir)
     progress(f"wrote {path} ({len(entries)} programs)")
     return manifest
+
+
+def _drop_manifest_naming(out_dir: Path, program: str) -> None:
+    """Remove this tool's ``manifest.json`` in ``out_dir`` if it lists ``program`` (just removed as failed):
+    a manifest naming a file that is gone must not look finished. Any other manifest is left alone."""
+    path = out_dir / MANIFEST_NAME
+    if json_schema_of(path) != MANIFEST_SCHEMA:
+        return
+    try:
+        payload = json.loads(read_bounded(path))
+        names = {row.get("path") for row in payload.get("programs", []) if isinstance(row, dict)}
+    except (OSError, RecursionError, ValueError, AttributeError, TypeError):
+        names = set()
+    if program in names:
+        path.unlink(missing_ok=True)
 
 
 def _entry_of(row: dict[str, Any] | None) -> ProgramEntry | None:
