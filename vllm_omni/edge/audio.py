@@ -70,6 +70,13 @@ class WavWriter:
             os.replace(self._temporary, self.path)
         return self.path
 
+    def discard(self) -> None:
+        """Drop the temporary file and leave ``path`` as it was (for a run that produced no audio)."""
+        if self._wave is not None:
+            self._wave.close()
+            self._wave = None
+            self._temporary.unlink(missing_ok=True)
+
     def __enter__(self) -> WavWriter:
         return self
 

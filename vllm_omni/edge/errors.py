@@ -1,8 +1,13 @@
-"""Typed errors of the edge subsystem. Messages say what was expected, what was found, what to do."""
+"""Typed errors of the edge subsystem. Messages say what was expected, what was found, what to do.
 
+Every layer raises its own subclass of :class:`EdgeError` (plans ``ExecPlanError``, streams
+``CodecStreamError``, builds ``EdgeExportError``, checkpoints ``CheckpointError``, the client
+``ClientError``); the decoder model's errors derive from it too (see :mod:`vllm_omni.errors`).
+"""
 
-class EdgeError(Exception):
-    """Base of every error the edge subsystem raises on purpose."""
+from vllm_omni.errors import EdgeError
+
+__all__ = ["CheckpointError", "CheckpointNotFoundError", "ClientError", "EdgeError", "EdgeExportError"]
 
 
 class CheckpointError(EdgeError):
@@ -15,3 +20,7 @@ class CheckpointNotFoundError(CheckpointError):
 
 class EdgeExportError(EdgeError):
     """Exporting, lowering or verifying an artifact failed."""
+
+
+class ClientError(EdgeError):
+    """The edge client could not reach, read or write what it was given (network, files, interruption)."""

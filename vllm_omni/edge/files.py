@@ -78,13 +78,61 @@ def write_json_atomically(path: str | os.PathLike[str], payload: Any) -> Path:
     return write_atomically(path, lambda temporary: temporary.write_text(json.dumps(payload, indent=2) + "\n"))
 
 
+# What a JSON document of this subsystem (plan, manifest, build state, start message) may be: plans are
+# a few KB (a released stateful plan with its cache layout about 60 KB) and nest about 6 levels.
+MAX_JSON_BYTES = 16 << 20
+MAX_JSON_DEPTH = 32
+
+
+def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
+    """Nesting depth of parsed JSON (1 for a scalar), counted without recursion; stops counting past ``limit``."""
+    depth, level = 0, [value]
+    while level and depth <= limit:
+        depth += 1
+        level = [
+            child
+            for item in level
+            if isinstance(item, dict | list)
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, dict | list)
+        ]
+    return depth
+
+
+def parse_json(text: bytes | str, what: str, error: type[Exception], remedy: str) -> Any:
+    """Parse untrusted JSON: ``error`` naming ``what`` and ``remedy`` if it is not UTF-8 JSON, too big or too deep.
+
+    Never anything else: a hostile document cannot raise ``UnicodeDecodeError`` or ``RecursionError``
+    past this function, and what it returns nests at most :data:`MAX_JSON_DEPTH` levels, so callers
+    may walk it recursively.
+    """
+    if len(text) > MAX_JSON_BYTES:
+        raise error(f"{what} is {len(text)} bytes, over the {MAX_JSON_BYTES} a JSON document may be; {remedy}")
+    try:
+        payload = json.loads(text)
+    except RecursionError as exc:
+        raise error(f"{what} nests deeper than Python can parse; {remedy}") from exc
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        raise error(f"{what} is not readable JSON ({exc}); {remedy}") from exc
+    if json_depth(payload) > MAX_JSON_DEPTH:
+        raise error(f"{what} nests deeper than {MAX_JSON_DEPTH} levels; {remedy}")
+    return payload
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int = MAX_JSON_BYTES) -> bytes:
+    """At most ``limit + 1`` bytes of ``path``: enough to tell that a file is too big without reading all of it."""
+    with open(path, "rb") as handle:
+        return handle.read(limit + 1)
+
+
 def read_json_file(
     path: str | os.PathLike[str], default_name: str, error: type[Exception], missing: str, remedy: str
 ) -> tuple[Path, Any]:
     """``(path, payload)`` of the JSON file at ``path``, or of ``default_name`` inside it when it is a directory.
 
     Raises ``error(missing.format(path=...))`` when there is no such file and ``error`` naming the
-    file, the parse error and ``remedy`` when it is not readable JSON.
+    file, the parse error and ``remedy`` when it is not readable JSON, over :data:`MAX_JSON_BYTES`
+    or nested over :data:`MAX_JSON_DEPTH` levels (:func:`parse_json`).
     """
     path = Path(path)
     if path.is_dir():
@@ -92,6 +140,42 @@ def read_json_file(
     if not path.is_file():
         raise error(missing.format(path=path))
     try:
-        return path, json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise error(f"{path} is not readable JSON ({exc}); {remedy}") from exc
+        text = read_bounded(path)
+    except OSError as exc:
+        raise error(f"{path} is not readable ({exc}); {remedy}") from exc
+    return path, parse_json(text, str(path), error, remedy)
+
+
+def remove_partial_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """Remove the ``.<stem>.<random>.partial<suffix>`` temporaries a killed :func:`write_atomically` left.
+
+    Builders call it when they start in their output directory (one build per directory at a time),
+    so a killed build's half-written files are never served or copied with the plan. Returns what it removed.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    removed = []
+    for path in directory.glob(".*.partial*"):
+        if path.is_file() or path.is_symlink():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def starts_with(path: str | os.PathLike[str], prefix: bytes) -> bool:
+    """Whether the file at ``path`` begins with ``prefix`` (``False`` when it cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(prefix)) == prefix
+    except OSError:
+        return False
+
+
+def json_schema_of(path: str | os.PathLike[str]) -> Any:
+    """The ``schema`` field of the JSON object in ``path``, or ``None`` when it is not one (bounded read)."""
+    try:
+        payload = json.loads(read_bounded(path))
+    except (OSError, RecursionError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    return payload.get("schema") if isinstance(payload, dict) else None

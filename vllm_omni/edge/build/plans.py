@@ -13,10 +13,11 @@ rebuilt. The plan is written last, and only after it validates against the files
 
 from __future__ import annotations
 
+from ..graphs.window_contract import check_ramp
 from ..hardware.registry import HardwareClass
 from ..plan.construct import StepArtifact, stateful_plan, windowed_plan
 from ..plan.model import ExecPlan
-from .request import BuildRequest, class_default
+from .request import BuildRequest, check_out_dir, class_default
 from .state import tool_versions
 from .steps import export_steps
 from .windowed import WindowedExportRequest, export_windowed_programs
@@ -33,6 +34,7 @@ def build_windowed(hardware_class: HardwareClass, request: BuildRequest) -> Exec
             partitioner=class_default(request.partitioner, hardware_class, "partitioner"),
             dtype=hardware_class.dtype,
             check=request.check,
+            force=request.force,
         ),
         progress=request.progress,
     )
@@ -72,5 +74,15 @@ def write_and_load(plan: ExecPlan, request: BuildRequest) -> ExecPlan:
 
 
 def build(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
-    """Build every artifact of ``hardware_class`` and return its validated plan."""
+    """Build every artifact of ``hardware_class`` and return its validated plan.
+
+    The request's sizes and output directory are checked first (:class:`~.request.BuildArgumentError`,
+    :class:`~vllm_omni.edge.graphs.window_contract.WindowConfigError`), before any work.
+    """
+    check_out_dir(request.out_dir, request.force)
+    if hardware_class.graph_kind == "windowed":
+        check_ramp(
+            class_default(request.ramp, hardware_class, "ramp"),
+            class_default(request.context_frames, hardware_class, "context_frames"),
+        )
     return hardware_class.load_builder()(hardware_class, request)

@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..files import file_matches, write_json_atomically
+from ..files import file_matches, read_bounded, write_json_atomically
 
 
 class BuildState:
@@ -24,15 +24,32 @@ class BuildState:
     def __init__(self, path: Path, fingerprint: dict[str, Any], section: str):
         self.path, self.fingerprint, self.section = path, fingerprint, section
         try:
-            saved = json.loads(path.read_text())
-        except (OSError, ValueError):
+            saved = json.loads(read_bounded(path))
+        except (OSError, RecursionError, ValueError):  # missing, unreadable, not UTF-8, not JSON, too deep
             saved = {}
-        self.records: dict[str, Any] = saved.get(section, {}) if saved.get("fingerprint") == fingerprint else {}
+        # Damaged state (a list, a string record, a foreign file) is no state: those outputs are rebuilt.
+        if not isinstance(saved, dict) or saved.get("fingerprint") != fingerprint:
+            saved = {}
+        records = saved.get(section, {})
+        self.records: dict[str, Any] = (
+            {key: row for key, row in records.items() if isinstance(row, dict)} if isinstance(records, dict) else {}
+        )
 
     def intact(self, key: str, file_of: Callable[[dict[str, Any]], Path]) -> dict[str, Any] | None:
-        """The record of ``key`` when the file it names (``file_of(record)``) still has its size and sha256."""
+        """The record of ``key`` when the file it names (``file_of(record)``) still has its size and sha256.
+
+        A record that names no file, or one outside the state's directory, is not intact.
+        """
         record = self.records.get(key)
-        if record is None or not file_matches(file_of(record), record.get("size_bytes"), record.get("sha256")):
+        if record is None:
+            return None
+        try:
+            path = Path(file_of(record))
+        except (KeyError, TypeError, ValueError):
+            return None
+        if path.is_symlink() or path.resolve().parent != self.path.resolve().parent:
+            return None
+        if not file_matches(path, record.get("size_bytes"), record.get("sha256")):
             return None
         return record
 

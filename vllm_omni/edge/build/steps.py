@@ -21,7 +21,7 @@ from ..backends.onnx import export_step_onnx, graph_contract
 from ..backends.onnxruntime import OnnxStepRunner
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
 from ..errors import EdgeExportError
-from ..files import file_sha256
+from ..files import file_sha256, remove_partial_files
 from ..graphs.step_contract import StepContract
 from ..hardware.registry import HardwareClass
 from ..runtime.stateful_decoder import StatefulDecoder
@@ -99,6 +99,7 @@ def export_steps(
     fingerprint = {"checkpoint_sha256": checkpoint_sha256(files)}
     out_dir = Path(request.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    remove_partial_files(out_dir)  # a killed build's half-written graphs
     state = BuildState(out_dir / STATE_NAME, fingerprint, "steps")
 
     @cache

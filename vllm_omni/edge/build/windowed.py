@@ -10,6 +10,7 @@ temporary names, so an interrupted run never leaves a file that looks finished.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -27,11 +28,12 @@ from ..backends.registry import ProgramWriter, get_backend, program_writer
 from ..backends.torch_export import quiet_torch_export
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
 from ..errors import EdgeExportError
-from ..files import file_sha256
+from ..files import file_sha256, json_schema_of, read_bounded, remove_partial_files
 from ..geometry import CodecGeometry
 from ..graphs.window_contract import INPUT_NAME, OUTPUT_NAME, Window, check_ramp, window_schedule
 from ..graphs.windowed import WindowedCode2Wav
-from ..plan.manifest import MANIFEST_NAME, ProgramEntry, TensorSpec, WindowedManifest
+from ..plan.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, ProgramEntry, TensorSpec, WindowedManifest
+from .request import check_out_dir
 from .state import BuildState, tool_versions
 
 logger = logging.getLogger(__name__)
@@ -53,6 +55,7 @@ class WindowedExportRequest:
     dtype: str = "fp32"
     check: bool = True
     tolerance: float | None = None
+    force: bool = False  # replace a manifest.json in out_dir that this tool did not write
 
 
 def check_against_eager(
@@ -94,6 +97,7 @@ def export_windowed_programs(
 
     Arguments are checked (ramp, context, backend, partitioner, dtype) before the model is loaded.
     """
+    check_out_dir(request.out_dir, request.force)
     ramp = check_ramp(request.ramp, request.context_frames)
     schedule = window_schedule(ramp, request.context_frames)
     backend = program_writer(request.backend, request.partitioner)
@@ -106,13 +110,15 @@ def export_windowed_programs(
         decoder = load_code2wav_decoder(files.directory, DTYPES[request.dtype])
     out_dir = Path(request.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    remove_partial_files(out_dir)  # a killed run's half-written programs
     fingerprint = {
         "checkpoint_sha256": checkpoint_sha256(files),
         "backend": backend.name,
         "partitioner": backend.partitioner,
         "dtype": request.dtype,
     }
-    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)  # rewritten at the end; never stale beside new programs
+    # An existing manifest stays until the new one replaces it (atomically, at the end): a killed run
+    # leaves the old one, whose size + sha256 records refuse any program this run has replaced since.
     state = BuildState(out_dir / STATE_NAME, fingerprint, "programs")
 
     config = decoder.config
@@ -136,7 +142,7 @@ def export_windowed_programs(
             f"[{index}/{len(schedule)}] {window.name} (context {window.context_frames} + chunk {window.chunk_frames})"
         )
         row = state.intact(window.name, lambda row: out_dir / row["path"])
-        entry = ProgramEntry.from_json(row) if row is not None else None
+        entry = _entry_of(row)
         wrapper = WindowedCode2Wav(decoder, window).eval()
         if entry is not None:
             progress(f"{label}: kept {entry.path} ({entry.size_bytes / 1e6:.1f} MB, intact)")
@@ -148,6 +154,7 @@ def export_windowed_programs(
                 check = check_against_eager(wrapper, path, entry, skeleton, tolerance)
             except EdgeExportError:
                 path.unlink(missing_ok=True)
+                _drop_manifest_naming(out_dir, entry.path)
                 raise
             entry = dataclasses.replace(entry, check=check)
             progress(
@@ -161,6 +168,31 @@ def export_windowed_programs(
     path = manifest.write(out_dir)
     progress(f"wrote {path} ({len(entries)} programs)")
     return manifest
+
+
+def _drop_manifest_naming(out_dir: Path, program: str) -> None:
+    """Remove this tool's ``manifest.json`` in ``out_dir`` if it lists ``program`` (just removed as failed):
+    a manifest naming a file that is gone must not look finished. Any other manifest is left alone."""
+    path = out_dir / MANIFEST_NAME
+    if json_schema_of(path) != MANIFEST_SCHEMA:
+        return
+    try:
+        payload = json.loads(read_bounded(path))
+        names = {row.get("path") for row in payload.get("programs", []) if isinstance(row, dict)}
+    except (OSError, RecursionError, ValueError, AttributeError, TypeError):
+        names = set()
+    if program in names:
+        path.unlink(missing_ok=True)
+
+
+def _entry_of(row: dict[str, Any] | None) -> ProgramEntry | None:
+    """The kept program a state record describes, or ``None`` when the record is damaged (then it is rebuilt)."""
+    if row is None:
+        return None
+    try:
+        return ProgramEntry.from_json(row)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _export_one(

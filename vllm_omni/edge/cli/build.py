@@ -33,11 +33,15 @@ class BuildSubcommand(CLISubcommand):
             "--device-dir", default=DEFAULT_DEVICE_DIR, help="where the plan directory sits on the device"
         )
         build.add_argument("--no-check", action="store_true", help="skip running each artifact against the reference")
+        build.add_argument(
+            "--force", action="store_true", help="replace an exec_plan.json / manifest.json in --out not written here"
+        )
         return build
 
     def cmd(self, args: argparse.Namespace) -> int:
         from ..build.plans import build
-        from ..build.request import BuildRequest
+        from ..build.request import BuildArgumentError, BuildRequest
+        from ..graphs.window_contract import WindowConfigError
         from ..hardware import get_hardware_class
 
         hardware_class = get_hardware_class(args.hardware)
@@ -55,9 +59,14 @@ class BuildSubcommand(CLISubcommand):
             first_step_frames=args.first_step_frames,
             device_dir=args.device_dir,
             check=not args.no_check,
+            force=args.force,
             progress=say,
         )
         say(f"{hardware_class.name}: {hardware_class.description}")
-        plan = build(hardware_class, request)
+        try:
+            plan = build(hardware_class, request)  # checks the request before any work
+        except (BuildArgumentError, WindowConfigError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         print(plan.summary())
         return 0

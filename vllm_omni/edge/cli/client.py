@@ -21,7 +21,8 @@ yet decoded; ``segment end`` and ``end of stream`` flush it. A duplicate message
 counted; any other protocol error, a cut-off stream or a disconnect ends the run with one
 ``error:`` line, and the audio decoded up to then is flushed and left intact in ``--out``.
 At the end it prints first-audio latency, real-time factor, underruns and bytes.
-Exit codes: 0 complete (or cancelled by the server), 1 a stream or plan error, 2 bad arguments.
+Exit codes: 0 complete (or cancelled by the server), 1 a stream, plan or network error (or an
+interruption), 2 bad arguments. Failure behaviour: docs/development.md, "Failure behaviour".
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from dataclasses import asdict
 from pathlib import Path
 
@@ -38,6 +41,7 @@ import numpy as np
 from ..audio import WavWriter, float_to_pcm16
 from ..client import DEFAULT_CACHE_DIR, EdgeClient, fetch_plan, open_stream
 from ..client.server import open_speech_stream, plan_url, use_api_key
+from ..client.transport import NETWORK_TIMEOUT_S
 from ..errors import EdgeError
 
 
@@ -62,7 +66,57 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jitter-ms", type=float, default=200.0, help="audio buffered before playback starts")
     parser.add_argument("--rknn-runtime", default="auto", choices=("auto", "board", "simulator"))
     parser.add_argument("--report", type=Path, help="write the run's numbers as JSON here")
+    parser.add_argument(
+        "--timeout", type=float, default=NETWORK_TIMEOUT_S, help="seconds any network read may wait (default 30)"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace an existing --out / --report that is not a WAV / JSON report"
+    )
     return parser
+
+
+def _looks_like(path: Path, kind: str) -> bool:
+    """Whether the existing file at ``path`` is a WAV (``kind`` wav) or a JSON object (``kind`` json)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(12)
+    except OSError:
+        return False
+    if kind == "wav":
+        return head[:4] == b"RIFF" and head[8:12] == b"WAVE"
+    return head.lstrip()[:1] == b"{"
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    try:
+        return first.exists() and second.exists() and first.samefile(second)
+    except OSError:
+        return False
+
+
+def check_outputs(args: argparse.Namespace) -> str | None:
+    """Why ``--out`` / ``--report`` cannot be written (checked before any decoding), or ``None``."""
+    sources = (args.stream, args.plan)
+    inputs = [Path(location) for location in sources if location and location != "-" and "://" not in location]
+    named = (("--out", args.out, "wav"), ("--report", args.report, "json"))
+    outputs = [(flag, path, kind) for flag, path, kind in named if path is not None]
+    if args.out is not None and args.report is not None and args.out.resolve() == args.report.resolve():
+        return f"--out and --report both name {args.out}"
+    for flag, path, kind in outputs:
+        if path.is_dir():
+            return f"{flag} {path} is a directory; name a file"
+        if any(_same_file(path, source) or path.resolve() == source.resolve() for source in inputs):
+            return f"{flag} {path} is an input of this run; it would be overwritten"
+        if path.parent.exists() and not path.parent.is_dir():
+            return f"{flag} {path}: {path.parent} is not a directory"
+        if path.exists() and not args.force and not _looks_like(path, kind):
+            what = "a WAV file" if kind == "wav" else "a JSON report"
+            return f"{flag} {path} exists and is not {what}; pass --force to replace it"
+    return None
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends the run like Ctrl-C: the audio so far is kept
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,38 +124,73 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None and not args.pcm_stdout:
         print("error: nothing to write: give --out FILE.wav and/or --pcm-stdout", file=sys.stderr)
         return 2
-    usage = _check_sources(args)
-    if usage:
-        print(f"error: {usage}", file=sys.stderr)
+    if not args.timeout > 0:
+        print(f"error: --timeout must be > 0 seconds, found {args.timeout}", file=sys.stderr)
         return 2
+    problem = _check_sources(args) or check_outputs(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    previous = signal.signal(signal.SIGTERM, _interrupt) if _main_thread() else None
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("error: interrupted before decoding started", file=sys.stderr)
+        return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.server:
             use_api_key(args.server, args.api_key)
-            plan = fetch_plan(plan_url(args.server, args.hardware), args.cache_dir)
+            plan = fetch_plan(plan_url(args.server, args.hardware), args.cache_dir, timeout=args.timeout)
         else:
-            plan = fetch_plan(args.plan, args.cache_dir)
+            plan = fetch_plan(args.plan, args.cache_dir, timeout=args.timeout)
         client = EdgeClient(plan, rknn_runtime=args.rknn_runtime, jitter_ms=args.jitter_ms)
-        stream = open_speech_stream(args.server, _speech_body(args)) if args.server else open_stream(args.stream)
+        if args.server:
+            stream = open_speech_stream(args.server, _speech_body(args), timeout=args.timeout)
+        else:
+            stream = open_stream(args.stream, timeout=args.timeout)
     except EdgeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     sinks, wav = [], None
-    if args.out is not None:
-        wav = WavWriter(args.out, plan.codec.sample_rate)
-        sinks.append(wav.write)
+    try:
+        if args.out is not None:
+            wav = WavWriter(args.out, plan.codec.sample_rate)
+            sinks.append(wav.write)
+    except OSError as exc:
+        print(f"error: cannot write {args.out}: {exc}", file=sys.stderr)
+        return 1
     if args.pcm_stdout:
         sinks.append(_write_pcm_stdout)
+    report = None
     try:
-        report = client.run(stream, sinks)
+        report = client.run(stream, sinks)  # stream and decoder errors, and Ctrl-C, end up in report.error
     finally:
-        stream.close()
+        if stream is not sys.stdin.buffer:  # closing stdin under the blocked reader thread would hang
+            stream.close()
         if wav is not None:
-            report_wav = wav.close()
-    if wav is not None:
-        report.wav = str(report_wav)
+            if wav.samples == 0 and (report is None or report.error is not None):
+                wav.discard()  # a failed run that decoded nothing leaves an existing file at --out as it was
+            else:
+                kept = wav.close()
+                if report is not None:
+                    report.wav = str(kept)
     print(f"[client] plan {plan.plan_id[:12]} ({plan.hardware_class}): {report.summary()}", file=sys.stderr)
     if args.report:
-        args.report.write_text(json.dumps(asdict(report), indent=2))
+        try:
+            args.report.write_text(json.dumps(asdict(report), indent=2))
+        except OSError as exc:
+            print(f"error: cannot write the report {args.report}: {exc}", file=sys.stderr)
+            return 1
     if report.error:
         kept = f"; the audio decoded so far ({report.audio_seconds:.2f} s) is in {report.wav}" if report.wav else ""
         print(f"error: {report.error}{kept}", file=sys.stderr)

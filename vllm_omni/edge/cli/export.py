@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out-dir", required=True, type=Path, help="where the programs and manifest.json go")
     parser.add_argument("--no-check", action="store_true", help="skip running each program against eager")
     parser.add_argument("--tolerance", type=float, default=None, help="max abs difference allowed vs eager")
+    parser.add_argument("--force", action="store_true", help="replace a manifest.json in --out-dir not written here")
     return parser
 
 
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         dtype=args.dtype,
         check=not args.no_check,
         tolerance=args.tolerance,
+        force=args.force,
     )
     try:
         manifest = export_windowed_programs(request, progress=lambda line: print(line, file=sys.stderr, flush=True))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 
 class CLISubcommand:
@@ -31,3 +32,25 @@ class CLISubcommand:
 def add_checkpoint_argument(parser: argparse.ArgumentParser, flag: str, what: str) -> None:
     """``flag`` naming the checkpoint (``what`` it may be), defaulting to ``$QWEN3_TTS_MODEL``."""
     parser.add_argument(flag, default=os.environ.get("QWEN3_TTS_MODEL"), help=f"{what} (default: $QWEN3_TTS_MODEL)")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (a bad value is a usage error, exit code 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {value}")
+    return value
+
+
+def same_file(first: os.PathLike[str] | str, second: os.PathLike[str] | str) -> bool:
+    """Whether two paths name one file (or would: the same resolved path)."""
+    first, second = Path(first), Path(second)
+    try:
+        if first.exists() and second.exists():
+            return first.samefile(second)
+        return first.resolve() == second.resolve()
+    except OSError:
+        return False

@@ -7,14 +7,15 @@ API key (``--api-key`` or ``VLLM_API_KEY``) is sent as a bearer token to that se
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any, BinaryIO
 
-from ..errors import EdgeError
-from .transport import NETWORK_TIMEOUT_S
+from ..errors import ClientError
+from .transport import NETWORK_TIMEOUT_S, NetworkStream
 
 
 class _BearerForServer(urllib.request.BaseHandler):
@@ -43,8 +44,11 @@ def plan_url(server: str, hardware_class: str) -> str:
     return f"{server.rstrip('/')}/v1/edge/plans/{urllib.parse.quote(hardware_class)}/exec_plan.json"
 
 
-def open_speech_stream(server: str, body: dict[str, Any]) -> BinaryIO:
-    """POST ``/v1/audio/speech`` with ``response_format: codec``; the response body is the codec stream."""
+def open_speech_stream(server: str, body: dict[str, Any], timeout: float = NETWORK_TIMEOUT_S) -> BinaryIO:
+    """POST ``/v1/audio/speech`` with ``response_format: codec``; the response body is the codec stream.
+
+    Every read waits at most ``timeout`` seconds; a cut or a stall is a typed error (``NetworkStream``).
+    """
     request = urllib.request.Request(
         f"{server.rstrip('/')}/v1/audio/speech",
         data=json.dumps({**body, "response_format": "codec"}).encode(),
@@ -52,13 +56,15 @@ def open_speech_stream(server: str, body: dict[str, Any]) -> BinaryIO:
         method="POST",
     )
     try:
-        return urllib.request.urlopen(request, timeout=NETWORK_TIMEOUT_S)
+        response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as error:
-        raise EdgeError(
-            f"the server refused the speech request (HTTP {error.code}): {_server_message(error)}"
-        ) from None
-    except OSError as error:
-        raise EdgeError(f"cannot reach {server}: {error}") from None
+        message = _server_message(error)
+        raise ClientError(f"the server refused the speech request (HTTP {error.code}): {message}") from None
+    except TimeoutError:
+        raise ClientError(f"no answer from {server} in {timeout:g} s (--timeout sets the limit)") from None
+    except (OSError, http.client.HTTPException) as error:
+        raise ClientError(f"cannot reach {server}: {type(error).__name__}: {error}") from None
+    return NetworkStream(response, request.full_url, timeout)
 
 
 def _server_message(error: urllib.error.HTTPError) -> str:

@@ -11,6 +11,7 @@ counted; any other protocol error, a cut-off stream or a disconnect ends the run
 from __future__ import annotations
 
 import contextlib
+import math
 import queue
 import threading
 import time
@@ -19,12 +20,11 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..errors import EdgeError
+from ..errors import ClientError, EdgeError
 from ..plan.model import ExecPlan
 from ..plan.schema import ExecPlanError
 from ..runtime.open import open_decoder
 from ..stream import (
-    CodecStreamError,
     CodecStreamParser,
     DuplicateMessageError,
     FrameBatch,
@@ -70,6 +70,11 @@ _END = object()
 
 
 def _reader(stream: BinaryIO, messages: queue.Queue, stop: threading.Event) -> None:
+    """Move framed messages from ``stream`` to ``messages``; the last item is ``_END`` or an :class:`EdgeError`.
+
+    Whatever the stream raises ends up on the queue as an ``EdgeError``: the main thread waits on
+    this queue and must always be told why the messages stopped (a reader that died silently hung it).
+    """
     try:
         for item in read_records(stream):
             while not stop.is_set():
@@ -80,9 +85,15 @@ def _reader(stream: BinaryIO, messages: queue.Queue, stop: threading.Event) -> N
                     continue
             if stop.is_set():
                 return
-        messages.put(_END)
-    except (CodecStreamError, OSError) as exc:
-        messages.put(exc)
+        item = _END
+    except EdgeError as exc:
+        item = exc
+    except OSError as exc:  # a file or pipe that fails under us
+        item = ClientError(f"reading the stream failed: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # a thread boundary: anything else would leave the main thread waiting forever
+        item = ClientError(f"reading the stream failed unexpectedly: {type(exc).__name__}: {exc}")
+    with contextlib.suppress(queue.Full):
+        messages.put(item, timeout=1.0)
 
 
 class EdgeClient:
@@ -103,9 +114,21 @@ class EdgeClient:
             )
         names = ("num_quantizers", "codebook_size", "sample_rate")
         wrong = {key: (have, want) for key, (want, have) in plan.codec.mismatches(start, names).items()}
+        if not math.isclose(start.frame_rate, plan.codec.frame_rate, rel_tol=1e-6):
+            wrong["frame_rate"] = (start.frame_rate, plan.codec.frame_rate)
         if wrong:
             details = ", ".join(f"{key}: stream {have}, plan {want}" for key, (have, want) in wrong.items())
             raise MalformedMessageError(f"the stream's geometry does not match the plan ({details})")
+
+    @staticmethod
+    def _next(messages: queue.Queue, reader: threading.Thread) -> Any:
+        """The next item from the reader; an error if the reader is gone without saying why (never a hang)."""
+        while True:
+            try:
+                return messages.get(timeout=0.5)
+            except queue.Empty:
+                if not reader.is_alive() and messages.empty():
+                    raise ClientError("the stream reader stopped without a reason; the stream is incomplete") from None
 
     def run(self, stream: BinaryIO, sinks: list) -> ClientReport:
         report = ClientReport(plan_id=self.plan.plan_id)
@@ -137,7 +160,7 @@ class EdgeClient:
 
         try:
             while True:
-                item = messages.get()
+                item = self._next(messages, reader)
                 if item is _END:
                     raise TruncatedStreamError(
                         f"the stream ended after {parser.frames_received} frames without a done message: the server "
@@ -174,9 +197,13 @@ class EdgeClient:
                     break
         except EdgeError as exc:
             report.error = str(exc)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into it by the command line: keep what we have
+            report.error = "interrupted"
+        except OSError as exc:  # a sink could not take the audio (disk full, closed pipe)
+            report.error = f"writing the audio failed: {type(exc).__name__}: {exc}"
         finally:
             stop.set()
-            with contextlib.suppress(EdgeError):
+            with contextlib.suppress(EdgeError, OSError):
                 decode(self.decoder.flush)  # frames that arrived are real: their audio is kept
         report.underruns = self.clock.underruns
         if report.audio_seconds:

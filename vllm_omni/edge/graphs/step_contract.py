@@ -26,6 +26,20 @@ from ..errors import EdgeError
 from ..geometry import CodecGeometry
 
 STEP_SCHEMA_VERSION = 1
+# Bounds a contract read from a file must keep (checked before a runtime allocates from them): far above
+# the released step (B 16, N 1,303,424 floats, head_dim 64, 71 KV slots), far below exhausting memory.
+LIMITS = {
+    "step_frames": 4096,
+    "cache_numel": 1 << 28,  # 1 GiB of float32
+    "head_dim": 1024,
+    "kv_slots": 1 << 16,
+    "hop": 1 << 16,
+    "sample_rate": 1 << 20,
+    "num_quantizers": 64,
+    "codebook_size": 1 << 16,
+}
+MAX_LAYOUT_ENTRIES = 1 << 14
+MAX_LAYOUT_RANK = 8
 INPUT_NAMES = ("audio_codes", "freqs_in", "cache_valid", "cache_in")
 OUTPUT_NAMES = ("audio_values", "cache_out")
 
@@ -71,8 +85,29 @@ class CacheLayout:
         return [[e.name, e.offset, e.numel, list(e.shape)] for e in self.entries]
 
     @classmethod
-    def from_json(cls, rows: list[list[Any]]) -> CacheLayout:
-        entries = tuple(CacheEntry(str(n), int(o), int(c), tuple(int(s) for s in shape)) for n, o, c, shape in rows)
+    def from_json(cls, rows: Any) -> CacheLayout:
+        """Rows ``[name, offset, numel, shape]``, read strictly: anything else raises :class:`StepContractError`."""
+        if not isinstance(rows, list) or len(rows) > MAX_LAYOUT_ENTRIES:
+            found = f"{len(rows)} rows" if isinstance(rows, list) else type(rows).__name__
+            raise StepContractError(
+                f"cache layout: expected a list of at most {MAX_LAYOUT_ENTRIES} rows, found {found}"
+            )
+        entries = []
+        for row in rows:
+            if not (
+                isinstance(row, list)
+                and len(row) == 4
+                and isinstance(row[0], str)
+                and all(_is_count(value) for value in row[1:3])
+                and isinstance(row[3], list)
+                and len(row[3]) <= MAX_LAYOUT_RANK
+                and all(_is_count(size) and size <= LIMITS["cache_numel"] for size in row[3])
+            ):
+                raise StepContractError(
+                    f"cache layout row {str(row)[:80]} is not [name, offset, numel, shape] with counts >= 0"
+                )
+            entries.append(CacheEntry(row[0], row[1], row[2], tuple(row[3])))
+        entries = tuple(entries)
         offset = 0
         for entry in entries:
             if entry.offset != offset or entry.numel != math.prod(entry.shape):
@@ -148,30 +183,48 @@ class StepContract:
         def read(key: str) -> Any:
             try:
                 return json.loads(metadata[f"qwen3_tts.{key}"])
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise StepContractError(f"{source}: 'qwen3_tts.{key}' is not JSON ({str(exc)[:80]})") from exc
             except KeyError as exc:
                 raise StepContractError(
                     f"{source} has no 'qwen3_tts.{key}' metadata: it is not a Qwen3-TTS stateful step graph "
                     "exported by vllm_omni.edge (re-export it with export_step_onnx)"
                 ) from exc
 
+        def count(key: str) -> int:
+            value, low = read(key), 0 if key == "kv_slots" else 1
+            if not _is_count(value) or not low <= value <= LIMITS[key]:
+                raise StepContractError(
+                    f"{source}: {key} must be an integer in {low}..{LIMITS[key]}, found {str(value)[:40]!r}"
+                )
+            return value
+
         version = read("schema_version")
-        if version != STEP_SCHEMA_VERSION:
+        if version != STEP_SCHEMA_VERSION or type(version) is not int:
             raise StepContractError(
-                f"{source} uses step schema {version}; this runtime reads schema "
+                f"{source} uses step schema {str(version)[:20]}; this runtime reads schema "
                 f"{STEP_SCHEMA_VERSION}. Re-export the graph with this version."
             )
+        frequencies = read("rope_inv_freq")
+        if not isinstance(frequencies, list) or not all(
+            type(f) in (int, float) and math.isfinite(f) for f in frequencies
+        ):
+            raise StepContractError(f"{source}: rope_inv_freq must be a list of finite numbers")
+        geometry = read("geometry")
+        if not isinstance(geometry, dict):
+            raise StepContractError(f"{source}: geometry must be a JSON object, found {type(geometry).__name__}")
         contract = cls(
-            step_frames=int(read("step_frames")),
-            cache_numel=int(read("cache_numel")),
-            head_dim=int(read("head_dim")),
-            kv_slots=int(read("kv_slots")),
-            samples_per_frame=int(read("hop")),
-            sample_rate=int(read("sample_rate")),
-            num_quantizers=int(read("num_quantizers")),
-            codebook_size=int(read("codebook_size")),
-            rope_inv_freq=tuple(float(f) for f in read("rope_inv_freq")),
+            step_frames=count("step_frames"),
+            cache_numel=count("cache_numel"),
+            head_dim=count("head_dim"),
+            kv_slots=count("kv_slots"),
+            samples_per_frame=count("hop"),
+            sample_rate=count("sample_rate"),
+            num_quantizers=count("num_quantizers"),
+            codebook_size=count("codebook_size"),
+            rope_inv_freq=tuple(float(f) for f in frequencies),
             layout=CacheLayout.from_json(read("cache_layout")),
-            geometry=read("geometry"),
+            geometry=geometry,
             schema_version=version,
         )
         if contract.layout.numel != contract.cache_numel:
@@ -184,3 +237,8 @@ class StepContract:
                 f"{source}: {len(contract.rope_inv_freq)} RoPE frequencies for head_dim {contract.head_dim}"
             )
         return contract
+
+
+def _is_count(value: Any) -> bool:
+    """An integer >= 0 that is not a bool (JSON ``true`` is not a size, nor is ``"16"`` or ``16.0``)."""
+    return type(value) is int and value >= 0

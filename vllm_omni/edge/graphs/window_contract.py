@@ -27,6 +27,14 @@ INPUT_NAME = "audio_codes"
 OUTPUT_NAME = "audio_values"
 
 
+# Bounds checked before any schedule is computed (a plan or a command line may be hostile): far above
+# any useful ramp (the default schedule has 7 windows, the released context is 72 frames), far below a
+# schedule that would take noticeable time or memory. Every window of a schedule is one exported program.
+MAX_CONTEXT_FRAMES = 4096
+MAX_CHUNK_FRAMES = 4096
+MAX_WINDOWS = 256
+
+
 class WindowConfigError(EdgeError, ValueError):
     """A ramp or context that cannot make a window schedule."""
 
@@ -50,18 +58,47 @@ class Window:
 
 def check_ramp(ramp: Sequence[int], context: int) -> tuple[int, ...]:
     """Return ``ramp`` as a tuple, or raise :class:`WindowConfigError` saying what is wrong."""
+    if isinstance(ramp, str | bytes) or not isinstance(ramp, Sequence):
+        raise WindowConfigError(f"the ramp is a list of chunk sizes in frames, found {type(ramp).__name__}")
+    if len(ramp) > MAX_WINDOWS:
+        raise WindowConfigError(f"the ramp has {len(ramp)} chunk sizes; at most {MAX_WINDOWS} (one program each)")
     ramp = tuple(ramp)
     if not ramp:
         raise WindowConfigError("the ramp is empty; give chunk sizes in frames, e.g. --ramp 2 4 8 16 25")
-    if any(not isinstance(size, int) or isinstance(size, bool) or size < 1 for size in ramp):
-        raise WindowConfigError(f"ramp chunk sizes must be integers >= 1, found {list(ramp)}")
+    if any(type(size) is not int or not 1 <= size <= MAX_CHUNK_FRAMES for size in ramp):
+        raise WindowConfigError(
+            f"ramp chunk sizes must be integers >= 1 (at most {MAX_CHUNK_FRAMES}), found {_shorten(ramp)}"
+        )
     if any(later <= earlier for earlier, later in pairwise(ramp)):
         raise WindowConfigError(
-            f"the ramp must be strictly increasing (small chunks first, the last size repeats), found {list(ramp)}"
+            f"the ramp must be strictly increasing (small chunks first, the last size repeats), found {_shorten(ramp)}"
         )
-    if not isinstance(context, int) or isinstance(context, bool) or context < 0:
-        raise WindowConfigError(f"context must be an integer >= 0 frames, found {context!r}")
+    if type(context) is not int or not 0 <= context <= MAX_CONTEXT_FRAMES:
+        raise WindowConfigError(
+            f"context must be an integer >= 0 frames (at most {MAX_CONTEXT_FRAMES}), found {context!r}"
+        )
+    count = schedule_length(ramp, context)
+    if count > MAX_WINDOWS:
+        raise WindowConfigError(
+            f"the ramp {_shorten(ramp)} with context {context} needs {count} windows (one program each); at most "
+            f"{MAX_WINDOWS}: use a larger last chunk or a shorter context"
+        )
     return ramp
+
+
+def schedule_length(ramp: tuple[int, ...], context: int) -> int:
+    """How many windows :func:`window_schedule` makes, computed without making them."""
+    before_last = sum(ramp[:-1])
+    if before_last >= context:
+        return len(ramp)
+    # After the ramp, windows of the last size repeat until one holds the whole context.
+    decoded = before_last + ramp[-1]
+    return len(ramp) + 1 + max(0, -(-(context - decoded) // ramp[-1]))
+
+
+def _shorten(ramp: Sequence[Any]) -> str:
+    shown = list(ramp[:12])
+    return f"{shown}" if len(ramp) <= 12 else f"{shown[:-1]} ... ({len(ramp)} sizes)"
 
 
 def window_schedule(ramp: Sequence[int], context: int) -> tuple[Window, ...]:
@@ -76,7 +113,7 @@ def window_schedule(ramp: Sequence[int], context: int) -> tuple[Window, ...]:
         windows.append(Window(min(decoded, context), chunk))
         decoded += chunk
     steady = ramp[-1]
-    while windows[-1].context_frames < context:
+    while windows[-1].context_frames < context:  # at most MAX_WINDOWS: check_ramp counted them
         windows.append(Window(min(decoded, context), steady))
         decoded += steady
     return tuple(windows)

@@ -73,10 +73,10 @@ def _check_windows(plan: ExecPlan, source: str) -> None:
     if plan.windowed is None:
         raise ExecPlanError(f"{source}: windowed: a windowed plan needs its ramp and context_frames")
     try:
-        ramp = check_ramp(tuple(plan.windowed["ramp"]), int(plan.windowed["context_frames"]))
+        ramp = check_ramp(plan.windowed["ramp"], plan.windowed["context_frames"])
     except WindowConfigError as exc:
         raise ExecPlanError(f"{source}: windowed: {exc}") from exc
-    expected = {w.name: w for w in window_schedule(ramp, int(plan.windowed["context_frames"]))}
+    expected = {w.name: w for w in window_schedule(ramp, plan.windowed["context_frames"])}
     if set(plan.artifacts) != set(expected):
         raise ExecPlanError(
             f"{source}: artifacts: the ramp {list(ramp)} with context {plan.windowed['context_frames']} needs "
@@ -111,7 +111,15 @@ def check_artifacts(plan: ExecPlan, source: str = "plan", check_sha256: bool = T
 def _check_file(
     plan: ExecPlan, source: str, field_name: str, file: str, size: int, sha256: str, check_sha256: bool
 ) -> None:
-    mismatch = check_file(plan.directory / file, size, sha256, check_sha256)
+    path = plan.directory / file
+    if path.is_symlink() or (path.exists() and plan.directory.resolve() not in path.resolve().parents):
+        raise ExecPlanError(
+            f"{source}: {field_name}.file: {file} is a link (to {path.resolve()}); a plan holds regular files "
+            f"inside its directory {plan.directory}: copy the file in instead of linking it"
+        )
+    if path.exists() and not path.is_file():
+        raise ExecPlanError(f"{source}: {field_name}.file: {file} is not a regular file; rebuild the plan")
+    mismatch = check_file(path, size, sha256, check_sha256)
     if mismatch is None:
         return
     if mismatch.field == "file":

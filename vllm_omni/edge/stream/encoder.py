@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 
+from .errors import InvalidFramesError
 from .messages import (
     FLAG_END_OF_STREAM,
     FLAG_RESET,
@@ -35,7 +36,17 @@ class CodecStreamEncoder:
         frames = np.asarray(frames)
         contract = self.contract
         if frames.ndim != 2 or frames.shape[1] != contract.num_quantizers:
-            raise ValueError(f"frames must be [T, {contract.num_quantizers}], found {list(frames.shape)}")
+            raise InvalidFramesError(f"frames must be [T, {contract.num_quantizers}], found {list(frames.shape)}")
+        if np.issubdtype(frames.dtype, np.floating):  # whole-number floats convert exactly; 2020.7 is no code
+            fractional = ~np.isfinite(frames) | (frames != np.floor(frames))
+            if fractional.any():
+                raise InvalidFramesError(
+                    f"codes must be whole numbers, found {float(frames[fractional].flat[0])} (dtype {frames.dtype}): "
+                    "codec ids are integers and are never rounded or truncated"
+                )
+            frames = frames.astype(np.int64)
+        elif not np.issubdtype(frames.dtype, np.integer):
+            raise InvalidFramesError(f"codes must be integers, found dtype {frames.dtype}")
         count = frames.shape[0]
         flags = (
             (FLAG_END_OF_STREAM if end_of_stream else 0)
@@ -43,9 +54,9 @@ class CodecStreamEncoder:
             | (FLAG_RESET if reset else 0)
         )
         if count > contract.max_frames_per_message or (count == 0 and not flags):
-            raise ValueError(f"a message holds 1..{contract.max_frames_per_message} frames, found {count}")
+            raise InvalidFramesError(f"a message holds 1..{contract.max_frames_per_message} frames, found {count}")
         if count and (frames.min() < 0 or frames.max() >= contract.codebook_size):
-            raise ValueError(f"codes must be in 0..{contract.codebook_size - 1}")
+            raise InvalidFramesError(f"codes must be in 0..{contract.codebook_size - 1}")
         header = HEADER.pack(PROTOCOL_VERSION, flags, count, self.seq, self.frames_sent)
         body = frames.astype("<i2").tobytes() if contract.packing == "int16" else pack11(frames)
         self.seq += 1

@@ -47,3 +47,7 @@ class FramesAfterEndError(CodecStreamError):
 
 class TruncatedStreamError(CodecStreamError):
     """The byte stream ended inside a message, or before the done message."""
+
+
+class InvalidFramesError(CodecStreamError, ValueError):
+    """Frames handed to the encoder that no message can carry (shape, count, dtype, range)."""

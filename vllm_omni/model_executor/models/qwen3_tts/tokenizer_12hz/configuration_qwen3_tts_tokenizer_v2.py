@@ -19,6 +19,29 @@ from typing import Any
 from .errors import DecoderConfigError
 
 SUPPORTED_ACTIVATIONS = ("silu", "gelu")
+# Upper bounds on the geometry, checked before any module is built: far above every released size
+# (released: widths <= 1536, 8 layers, 16 heads, 2048 codes), far below what would exhaust memory
+# building the modules. A config outside them is damaged or hostile, not a bigger model.
+MAX_WIDTH = 16384
+SIZE_LIMITS = {
+    "codebook_size": 1 << 16,
+    "codebook_dim": MAX_WIDTH,
+    "num_quantizers": 64,
+    "hidden_size": MAX_WIDTH,
+    "head_dim": 1024,
+    "num_attention_heads": 256,
+    "num_key_value_heads": 256,
+    "intermediate_size": 4 * MAX_WIDTH,
+    "num_hidden_layers": 128,
+    "sliding_window": 1 << 16,
+    "max_position_embeddings": 1 << 20,
+    "latent_dim": MAX_WIDTH,
+    "decoder_dim": MAX_WIDTH,
+}
+MAX_UPSAMPLE_STAGES = 8
+MAX_UPSAMPLE_RATE = 64
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_DEPTH = 32
 OUTPUT_SAMPLE_RATE = 24000  # Hz, of every released 12 Hz speech tokenizer
 
 
@@ -77,14 +100,15 @@ class Qwen3TTSTokenizerV2DecoderConfig:
     def __post_init__(self) -> None:
         for name in ("upsampling_ratios", "upsample_rates"):
             rates = getattr(self, name)
-            if not isinstance(rates, list | tuple) or not all(isinstance(r, int) for r in rates):
+            if not isinstance(rates, list | tuple) or not all(type(r) is int for r in rates):
                 raise DecoderConfigError(f"decoder_config.{name} must be a list of integers, found {rates!r}")
             object.__setattr__(self, name, tuple(rates))
+        self._check_types_and_sizes()  # before any arithmetic: 0 heads must not divide, 10**9 must not allocate
         if self.head_dim is None:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
         self._validate()
 
-    def _validate(self) -> None:
+    def _check_types_and_sizes(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if (
@@ -93,9 +117,28 @@ class Qwen3TTSTokenizerV2DecoderConfig:
                 and (not isinstance(value, int) or isinstance(value, bool))
             ):
                 raise DecoderConfigError(f"decoder_config.{f.name} must be an integer, found {value!r}")
-            if f.type == "float" and (not isinstance(value, int | float) or isinstance(value, bool)):
-                raise DecoderConfigError(f"decoder_config.{f.name} must be a number, found {value!r}")
+            if f.type == "float" and (
+                not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value)
+            ):
+                raise DecoderConfigError(f"decoder_config.{f.name} must be a finite number, found {value!r}")
+            if f.name in SIZE_LIMITS and value is not None and not 1 <= value <= SIZE_LIMITS[f.name]:
+                raise DecoderConfigError(
+                    f"decoder_config.{f.name} must be between 1 and {SIZE_LIMITS[f.name]}, found {value}. "
+                    "Fix the checkpoint's speech_tokenizer/config.json."
+                )
+        for name in ("upsampling_ratios", "upsample_rates"):
+            rates = getattr(self, name)
+            if len(rates) > MAX_UPSAMPLE_STAGES or not all(1 <= r <= MAX_UPSAMPLE_RATE for r in rates):
+                raise DecoderConfigError(
+                    f"decoder_config.{name} must be at most {MAX_UPSAMPLE_STAGES} integers in 1..{MAX_UPSAMPLE_RATE}, "
+                    f"found {list(rates)[: MAX_UPSAMPLE_STAGES + 1]}"
+                )
+        if not self.rope_theta > 0 or not self.rms_norm_eps > 0:
+            raise DecoderConfigError(
+                f"decoder_config: rope_theta and rms_norm_eps must be > 0, found {self.rope_theta}, {self.rms_norm_eps}"
+            )
 
+    def _validate(self) -> None:
         def need(ok: bool, what: str) -> None:
             if not ok:
                 raise DecoderConfigError(f"decoder_config: {what}. Fix the checkpoint's speech_tokenizer/config.json.")
@@ -112,7 +155,10 @@ class Qwen3TTSTokenizerV2DecoderConfig:
             f"num_attention_heads ({self.num_attention_heads}) must be a multiple of num_key_value_heads "
             f"({self.num_key_value_heads})",
         )
-        need(self.head_dim % 2 == 0, f"head_dim must be even for RoPE, found {self.head_dim}")
+        need(
+            self.head_dim >= 2 and self.head_dim % 2 == 0,
+            f"head_dim must be even and >= 2 for RoPE, found {self.head_dim}",
+        )
         need(self.sliding_window >= 1, f"sliding_window must be >= 1, found {self.sliding_window}")
         need(
             self.hidden_act in SUPPORTED_ACTIVATIONS,
@@ -239,6 +285,16 @@ class Qwen3TTSTokenizerV2Config:
     model_type: str = "qwen3_tts_tokenizer_12hz"
 
     def __post_init__(self) -> None:
+        for name in (
+            "encoder_valid_num_quantizers",
+            "input_sample_rate",
+            "output_sample_rate",
+            "decode_upsample_rate",
+            "encode_downsample_rate",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1 << 24:
+                raise DecoderConfigError(f"{name} must be an integer in 1..{1 << 24}, found {value!r}")
         if self.decode_upsample_rate != self.decoder_config.total_upsample:
             raise DecoderConfigError(
                 f"decode_upsample_rate is {self.decode_upsample_rate} but the decoder's rates "
@@ -253,6 +309,8 @@ class Qwen3TTSTokenizerV2Config:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Qwen3TTSTokenizerV2Config:
+        if not isinstance(values, dict):
+            raise DecoderConfigError(f"a speech tokenizer config is a JSON object, found {type(values).__name__}")
         if "decoder_config" not in values:
             raise DecoderConfigError(
                 "speech tokenizer config has no 'decoder_config'; expected the layout of a released "
@@ -293,12 +351,37 @@ class Qwen3TTSTokenizerV2Config:
     @classmethod
     def from_json_file(cls, path: str | Path) -> Qwen3TTSTokenizerV2Config:
         path = Path(path)
+        if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
+            raise DecoderConfigError(
+                f"{path} is {path.stat().st_size} bytes; a speech tokenizer config is a few KB "
+                f"(at most {MAX_CONFIG_BYTES}): it is not a config.json"
+            )
         try:
-            values = json.loads(path.read_text())
+            values = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError as exc:
             raise DecoderConfigError(f"no speech tokenizer config at {path}") from exc
-        except json.JSONDecodeError as exc:
-            raise DecoderConfigError(f"{path} is not valid JSON: {exc}") from exc
+        except (OSError, UnicodeDecodeError, RecursionError, ValueError) as exc:  # JSONDecodeError is a ValueError
+            what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise DecoderConfigError(f"{path} is not valid JSON in UTF-8 ({what}); re-download the checkpoint") from exc
         if not isinstance(values, dict):
             raise DecoderConfigError(f"{path} must hold a JSON object, found {type(values).__name__}")
+        if _json_depth(values) > MAX_CONFIG_DEPTH:
+            raise DecoderConfigError(f"{path} nests deeper than {MAX_CONFIG_DEPTH} levels; it is not a config.json")
         return cls.from_dict(values)
+
+
+def _json_depth(value: Any) -> int:
+    """Nesting depth of parsed JSON, without recursion (a hostile file must not overflow the stack)."""
+    depth, level = 0, [value]
+    while level:
+        depth += 1
+        level = [
+            child
+            for item in level
+            if isinstance(item, dict | list)
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, dict | list)
+        ]
+        if depth > MAX_CONFIG_DEPTH:
+            break
+    return depth

@@ -1,16 +1,20 @@
 """Typed errors of the 12 Hz speech-tokenizer decoder.
 
-All derive from ``ValueError`` so callers that only know the standard library still catch them.
+All derive from ``ValueError`` so callers that only know the standard library still catch them,
+and from :class:`vllm_omni.errors.EdgeError` so the edge command lines report them as one
+``error:`` line (the model code may import ``vllm_omni.errors``, not ``vllm_omni.edge``).
 """
 
+from vllm_omni.errors import EdgeError
 
-class DecoderConfigError(ValueError):
+
+class DecoderConfigError(EdgeError, ValueError):
     """The speech tokenizer's config.json is missing a field or holds an impossible geometry."""
 
 
-class InvalidCodesError(ValueError):
+class InvalidCodesError(EdgeError, ValueError):
     """Codec codes handed to the decoder do not fit its contract (rank, codebooks, dtype, range)."""
 
 
-class DecoderWeightsError(ValueError):
+class DecoderWeightsError(EdgeError, ValueError):
     """Checkpoint tensors that do not fit the decoder built from its config (names, shapes, values)."""

@@ -212,6 +212,10 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+# Eager decodes longer than this many frames compute attention in blocks (memory linear in T, not T**2).
+ATTENTION_BLOCK_FRAMES = 512
+
+
 def rope_inverse_frequencies(head_dim: int, theta: float) -> torch.Tensor:
     """``float32[head_dim // 2]``: the RoPE angle per position for each rotated pair."""
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
@@ -239,8 +243,15 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
 
-    def forward(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``hidden [B, T, H]``, ``cos``/``sin [T, head_dim]``, additive ``mask [T, T]`` -> ``[B, T, H]``."""
+    def forward(
+        self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | int
+    ) -> torch.Tensor:
+        """``hidden [B, T, H]``, ``cos``/``sin [T, head_dim]``, additive ``mask [T, T]`` -> ``[B, T, H]``.
+
+        ``mask`` may instead be the sliding window (an int): attention is then computed in blocks of
+        :data:`ATTENTION_BLOCK_FRAMES` queries against only the keys their window reaches, so memory
+        grows with ``T`` instead of ``T**2`` (what long eager decodes use; exported graphs keep the mask).
+        """
         batch, frames, _ = hidden.shape
         query = self.q_proj(hidden).view(batch, frames, self.num_heads, self.head_dim).transpose(1, 2)
         key = self.k_proj(hidden).view(batch, frames, self.num_kv_heads, self.head_dim).transpose(1, 2)
@@ -251,10 +262,33 @@ class Attention(nn.Module):
         if groups > 1:
             key = key.repeat_interleave(groups, dim=1)
             value = value.repeat_interleave(groups, dim=1)
-        scores = torch.matmul(query, key.transpose(2, 3)) * self.scaling + mask
+        if isinstance(mask, int):
+            attended = torch.cat(
+                [
+                    self._attend(query, key, value, start, min(start + ATTENTION_BLOCK_FRAMES, frames), mask)
+                    for start in range(0, frames, ATTENTION_BLOCK_FRAMES)
+                ],
+                dim=2,
+            )
+        else:
+            scores = torch.matmul(query, key.transpose(2, 3)) * self.scaling + mask
+            weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+            attended = torch.matmul(weights, value)
+        return self.o_proj(attended.transpose(1, 2).reshape(batch, frames, -1))
+
+    def _attend(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, start: int, end: int, window: int
+    ) -> torch.Tensor:
+        """Queries ``start:end`` against the keys their sliding window reaches (``start - window + 1 : end``)."""
+        first = max(0, start - window + 1)
+        device = query.device
+        distance = torch.arange(start, end, device=device)[:, None] - torch.arange(first, end, device=device)
+        mask = torch.zeros(distance.shape, device=query.device, dtype=query.dtype).masked_fill(
+            (distance < 0) | (distance >= window), float("-inf")
+        )
+        scores = torch.matmul(query[:, :, start:end], key[:, :, first:end].transpose(2, 3)) * self.scaling + mask
         weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-        attended = torch.matmul(weights, value).transpose(1, 2).reshape(batch, frames, -1)
-        return self.o_proj(attended)
+        return torch.matmul(weights, value[:, :, first:end])
 
 
 class GatedMlp(nn.Module):
@@ -279,7 +313,9 @@ class TransformerLayer(nn.Module):
         self.mlp = GatedMlp(config)
         self.mlp_layer_scale = LayerScale(config.hidden_size)
 
-    def forward(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | int
+    ) -> torch.Tensor:
         hidden = hidden + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(hidden), cos, sin, mask))
         return hidden + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(hidden)))
 
@@ -308,7 +344,11 @@ class PreTransformer(nn.Module):
         hidden = self.input_proj(hidden)
         frames = hidden.shape[1]
         cos, sin = self.rotary(frames, hidden.device, hidden.dtype)
-        mask = sliding_window_mask(frames, self.sliding_window, hidden.device).to(hidden.dtype)
+        tracing = torch.jit.is_tracing() or torch.compiler.is_compiling()
+        if frames > ATTENTION_BLOCK_FRAMES and not tracing:
+            mask: torch.Tensor | int = self.sliding_window  # blocked attention: memory linear in T
+        else:
+            mask = sliding_window_mask(frames, self.sliding_window, hidden.device).to(hidden.dtype)
         for layer in self.layers:
             hidden = layer(hidden, cos, sin, mask)
         return self.output_proj(self.norm(hidden))
@@ -500,9 +540,25 @@ class Qwen3TTSTokenizerV2Decoder(nn.Module):
         return hidden.clamp(min=-1.0, max=1.0)
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        """Checked full decode; see :meth:`decode_unchecked`. Value checks are skipped while tracing."""
+        """Checked full decode; see :meth:`decode_unchecked`. Value checks are skipped while tracing.
+
+        Any integer dtype is accepted (and read as int64). At most ``config.max_position_embeddings``
+        frames: memory grows linearly with T (about 20 GB at 8,000 frames at the released geometry),
+        so longer inputs are refused before anything is allocated; decode them with a stream decoder
+        or :meth:`chunked_decode`.
+        """
         tracing = torch.jit.is_tracing() or torch.compiler.is_compiling()
         self.check_codes(codes, check_values=not tracing)
+        if not tracing:
+            limit = self.config.max_position_embeddings
+            if codes.shape[-1] > limit:
+                raise InvalidCodesError(
+                    f"codes hold {codes.shape[-1]} frames; a full decode takes at most {limit} "
+                    "(max_position_embeddings; memory grows with T): decode longer inputs in pieces with a "
+                    "stream decoder (vllm_omni.edge.runtime) or chunked_decode()"
+                )
+            if codes.dtype != torch.int64:
+                codes = codes.to(torch.int64)
         return self.decode_unchecked(codes)
 
     @torch.no_grad()
@@ -518,6 +574,7 @@ class Qwen3TTSTokenizerV2Decoder(nn.Module):
                 f"chunk_size must be >= 1 and left_context_size >= 0, found {chunk_size}, {left_context_size}"
             )
         self.check_codes(codes)
+        codes = codes.to(torch.int64)
         frames = codes.shape[-1]
         pieces = []
         for start in range(0, frames, chunk_size):
