@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_omni.json_limits import MAX_JSON_DEPTH, json_depth
+
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
     digest = hashlib.sha256()
@@ -81,22 +83,6 @@ def write_json_atomically(path: str | os.PathLike[str], payload: Any) -> Path:
 # What a JSON document of this subsystem (plan, manifest, build state, start message) may be: plans are
 # a few KB (a released stateful plan with its cache layout about 60 KB) and nest about 6 levels.
 MAX_JSON_BYTES = 16 << 20
-MAX_JSON_DEPTH = 32
-
-
-def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
-    """Nesting depth of parsed JSON (1 for a scalar), counted without recursion; stops counting past ``limit``."""
-    depth, level = 0, [value]
-    while level and depth <= limit:
-        depth += 1
-        level = [
-            child
-            for item in level
-            if isinstance(item, dict | list)
-            for child in (item.values() if isinstance(item, dict) else item)
-            if isinstance(child, dict | list)
-        ]
-    return depth
 
 
 def parse_json(text: bytes | str, what: str, error: type[Exception], remedy: str) -> Any:

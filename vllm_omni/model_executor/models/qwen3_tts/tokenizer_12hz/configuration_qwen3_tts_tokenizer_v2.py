@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_omni.json_limits import json_depth
+
 from .errors import DecoderConfigError
 
 SUPPORTED_ACTIVATIONS = ("silu", "gelu")
@@ -365,23 +367,6 @@ class Qwen3TTSTokenizerV2Config:
             raise DecoderConfigError(f"{path} is not valid JSON in UTF-8 ({what}); re-download the checkpoint") from exc
         if not isinstance(values, dict):
             raise DecoderConfigError(f"{path} must hold a JSON object, found {type(values).__name__}")
-        if _json_depth(values) > MAX_CONFIG_DEPTH:
+        if json_depth(values, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
             raise DecoderConfigError(f"{path} nests deeper than {MAX_CONFIG_DEPTH} levels; it is not a config.json")
         return cls.from_dict(values)
-
-
-def _json_depth(value: Any) -> int:
-    """Nesting depth of parsed JSON, without recursion (a hostile file must not overflow the stack)."""
-    depth, level = 0, [value]
-    while level:
-        depth += 1
-        level = [
-            child
-            for item in level
-            if isinstance(item, dict | list)
-            for child in (item.values() if isinstance(item, dict) else item)
-            if isinstance(child, dict | list)
-        ]
-        if depth > MAX_CONFIG_DEPTH:
-            break
-    return depth
