@@ -150,6 +150,21 @@ class Qwen3TTSTalkerConfig(PretrainedConfig):
         return self.code_predictor_config.vocab_size
 
 
+# Talker LM sizes the engine view carries over unchanged (vocabulary and RoPE are the engine's own).
+ENGINE_LM_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "attention_bias",
+)
+
+
 class Qwen3TTSEngineTextConfig(PretrainedConfig):
     """What vLLM reads to size the KV cache, the RoPE and the sampler (see the module docstring)."""
 
@@ -196,18 +211,9 @@ class Qwen3TTSConfig(PretrainedConfig):
         if cached is None:
             talker = self.talker_config
             cached = self.__dict__["_engine_text_config"] = Qwen3TTSEngineTextConfig(
+                **{name: getattr(talker, name) for name in ENGINE_LM_FIELDS},
                 vocab_size=engine_vocab_size(talker.vocab_size, talker.num_code_groups, talker.codebook_size),
-                hidden_size=talker.hidden_size,
-                intermediate_size=talker.intermediate_size,
-                num_hidden_layers=talker.num_hidden_layers,
-                num_attention_heads=talker.num_attention_heads,
-                num_key_value_heads=talker.num_key_value_heads,
-                head_dim=talker.head_dim,
-                hidden_act=talker.hidden_act,
-                max_position_embeddings=talker.max_position_embeddings,
-                rms_norm_eps=talker.rms_norm_eps,
                 rope_parameters={"rope_type": "default", "rope_theta": float(talker.rope_theta)},
-                attention_bias=talker.attention_bias,
                 tie_word_embeddings=False,
             )
         return cached
