@@ -212,7 +212,8 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
         ids = input_ids.long()
-        embeds = self.embed_prompt_ids(ids)
+        prompt = torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)  # positions holding prompt ids
+        generated_inputs: list[tuple[slice, torch.Tensor]] = []
         step_rows: list[StepRow] = []
         for row, (start, end) in enumerate(self._row_segments(ids.shape[0])):
             state = TALKER_BATCH.rows.get(row)
@@ -222,16 +223,25 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
             frames_before = len(state.frames)
             row_positions = positions[start:end].tolist()
             generated = [i for i, p in enumerate(row_positions) if p >= state.prompt_len]
-            if generated:
+            if generated:  # a suffix of the row: positions increase
                 steps = [row_positions[i] - state.prompt_len for i in generated]
                 codes0 = ids[start:end][generated].tolist()
                 frames = self._generated_inputs(state, codes0, steps)
-                embeds[start + generated[0] : start + generated[-1] + 1] = self._frame_inputs(state, frames, steps)
+                where = slice(start + generated[0], start + generated[-1] + 1)
+                prompt[where] = False
+                generated_inputs.append((where, self._frame_inputs(state, frames, steps)))
             last = row_positions[-1]
             frontier = last == state.prompt_len + len(state.frames) - 1
             new_frame = state.frames[-1] if len(state.frames) > frames_before else None
             step_rows.append(StepRow(state, frontier, new_frame))
         TALKER_BATCH.step = step_rows
+        embeds = torch.empty(
+            ids.shape[0], self.codec_head.in_features, dtype=self.codec_head.weight.dtype, device=ids.device
+        )
+        if prompt.any():  # decode steps skip the text path: their inputs come from the frames
+            embeds[prompt] = self.embed_prompt_ids(ids[prompt])
+        for where, inputs in generated_inputs:
+            embeds[where] = inputs
         return self.model(positions, embeds)
 
     def _frame_inputs(self, state: TalkerRequestState, frames: list[list[int]], steps: list[int]) -> torch.Tensor:
