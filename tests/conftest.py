@@ -14,6 +14,26 @@ from vllm_omni.edge.checkpoint import load_code2wav_decoder
 from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
 
 
+@pytest.fixture(scope="session", autouse=True)
+def device_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Per-device state (verified files, optimized onnxruntime graphs) goes to a temporary directory, not ~/.cache.
+
+    Subprocesses the tests start inherit it through the environment.
+    """
+    import os
+
+    from vllm_omni.edge.integrity import CACHE_ENV
+
+    directory = tmp_path_factory.mktemp("device-cache")
+    previous = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(directory)
+    yield directory
+    if previous is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = previous
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[1]

@@ -31,12 +31,17 @@ class FileMismatch:
 
 
 def check_file(
-    path: str | os.PathLike[str], size_bytes: Any, sha256: Any, check_sha256: bool = True
+    path: str | os.PathLike[str],
+    size_bytes: Any,
+    sha256: Any,
+    check_sha256: bool = True,
+    sha256_of: Callable[[Path], str] = file_sha256,
 ) -> FileMismatch | None:
     """``None`` when ``path`` is a file of ``size_bytes`` bytes hashing to ``sha256``, else the first difference.
 
     The one size + sha256 verification of the subsystem (plans, manifests, kept artifacts, downloads):
-    size first, because it is cheap; the hash only when ``check_sha256``.
+    size first, because it is cheap; the hash only when ``check_sha256``, computed by ``sha256_of``
+    (:func:`vllm_omni.edge.integrity.verified_sha256` remembers files it has hashed).
     """
     path = Path(path)
     if not path.is_file():
@@ -45,7 +50,7 @@ def check_file(
     if size != size_bytes:
         return FileMismatch("size_bytes", size)
     if check_sha256:
-        digest = file_sha256(path)
+        digest = sha256_of(path)
         if digest != sha256:
             return FileMismatch("sha256", digest)
     return None

@@ -155,15 +155,15 @@ def test_a_served_stream_and_plan_are_fetched_checked_and_decoded(cpu_plan, cpu,
     command = ["--stream", f"{url}/stream.qcs", "--plan", f"{url}/plan", "--cache-dir", str(cache)]
     assert client_main([*command, "--out", str(tmp_path / "served.wav")]) == 0
     fetched = cache / cpu.plan_id
-    assert sorted(p.name for p in fetched.iterdir()) == ["exec_plan.json", "step_b2.onnx", "step_b4.onnx"]
+    assert sorted(p.name for p in fetched.iterdir()) == ["exec_plan.json", "step_b1-4.onnx"]  # one graph, both roles
     audio, _ = decode(cpu, recording(segment_messages(cpu, [frames])))
     assert np.array_equal(read_wav(tmp_path / "served.wav"), float_to_pcm16(audio))
     # A damaged artifact on the server is refused, and nothing that fails its sha256 is kept.
     shutil.rmtree(cache)
-    (root / "plan" / "step_b4.onnx").write_bytes((root / "plan" / "step_b4.onnx").read_bytes()[::-1])
+    (root / "plan" / "step_b1-4.onnx").write_bytes((root / "plan" / "step_b1-4.onnx").read_bytes()[::-1])
     with pytest.raises(ExecPlanError, match="does not hash to the plan's sha256"):
         fetch_plan(f"{url}/plan", cache)
-    assert not (cache / cpu.plan_id / "step_b4.onnx").exists()
+    assert not (cache / cpu.plan_id / "step_b1-4.onnx").exists()
 
 
 def test_pcm_goes_to_stdout_as_raw_s16le(cpu_plan, cpu, frames, tmp_path, repo_root):

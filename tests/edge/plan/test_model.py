@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.cli.main import main as edge_main
@@ -16,6 +15,7 @@ from vllm_omni.edge.plan import PLAN_NAME, ExecPlan, ExecPlanError, session_opti
 from vllm_omni.edge.plan.model import _plan_digest
 from vllm_omni.edge.runtime.open import open_decoder
 from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.edge.testing.reference import full_decode
 
 
 @pytest.fixture
@@ -39,11 +39,6 @@ def load_error(directory: Path) -> str:
     return str(caught.value)
 
 
-def full_decode(small_decoder, frames: np.ndarray) -> np.ndarray:
-    with torch.inference_mode():
-        return small_decoder(torch.from_numpy(frames.T[None].copy()))[0, 0].numpy()
-
-
 def test_the_cpu_plan_validates_and_names_its_steps(cpu_plan):
     plan = ExecPlan.load(cpu_plan)
     assert (plan.hardware_class, plan.graph_kind, plan.backend, plan.dtype) == (
@@ -55,10 +50,12 @@ def test_the_cpu_plan_validates_and_names_its_steps(cpu_plan):
     assert set(plan.artifacts) == {"main", "first"}
     assert plan.step_contract("main").step_frames == 4 and plan.step_contract("first").step_frames == 2
     assert plan.artifacts["main"].verification["snr_db"] > 90
+    # one dynamic graph serves both roles: one copy of the weights on disk and in memory
     assert plan.speech_decoder == {
         "impl": "onnxruntime",
-        "artifacts": {"main": "/data/qwen3-tts/step_b4.onnx", "first": "/data/qwen3-tts/step_b2.onnx"},
+        "artifacts": {"main": "/data/qwen3-tts/step_b1-4.onnx", "first": "/data/qwen3-tts/step_b1-4.onnx"},
     }
+    assert plan.step_contract("main").max_step_frames == 4
     assert session_option(plan).startswith('qwen3_tts.exec_plan={"speech_decoder":{"impl":"onnxruntime"')
     assert len(plan.model["checkpoint_sha256"]) == 64 and plan.model["geometry"]["num_quantizers"] == 16
 
@@ -70,21 +67,31 @@ def test_decoding_through_the_cpu_plan_equals_the_full_decode(cpu_plan, small_de
     assert snr_db(full_decode(small_decoder, frames), np.concatenate(pieces)) >= 90
 
 
+GRAPH = "step_b1-4.onnx"  # the one dynamic graph both roles of the small CPU plan run
+
+
 def test_a_tampered_artifact_fails_naming_it_and_the_field(plan_copy):
-    data = bytearray((plan_copy / "step_b4.onnx").read_bytes())
+    ExecPlan.load(plan_copy)  # verified once: remembered by identity from here on
+    data = bytearray((plan_copy / GRAPH).read_bytes())
     data[len(data) // 2] ^= 0xFF
-    (plan_copy / "step_b4.onnx").write_bytes(bytes(data))
+    (plan_copy / GRAPH).write_bytes(bytes(data))
     message = load_error(plan_copy)
-    assert "artifacts.main.sha256" in message and "step_b4.onnx" in message and "rebuild" in message
+    assert "artifacts.main.sha256" in message and GRAPH in message and "rebuild" in message
     with pytest.raises(ExecPlanError, match="artifacts.main.sha256"):
         open_decoder(plan_copy)  # a runtime never sees the file
 
 
 def test_a_missing_or_truncated_file_fails_naming_it(plan_copy):
-    (plan_copy / "step_b2.onnx").unlink()
-    assert "artifacts.first.file: step_b2.onnx is missing" in load_error(plan_copy)
-    shutil.copyfile(plan_copy / "step_b4.onnx", plan_copy / "step_b2.onnx")
-    assert "artifacts.first.size_bytes: the plan says" in load_error(plan_copy)  # B=4 and B=2 graphs differ in size
+    data = (plan_copy / GRAPH).read_bytes()
+    (plan_copy / GRAPH).unlink()
+    assert f"artifacts.main.file: {GRAPH} is missing" in load_error(plan_copy)
+    (plan_copy / GRAPH).write_bytes(data[:-10])
+    assert "artifacts.main.size_bytes: the plan says" in load_error(plan_copy)
+
+
+def test_roles_sharing_a_file_must_agree_on_it(plan_copy):
+    edit_plan(plan_copy, lambda p: p["artifacts"]["first"].update(sha256="0" * 64))
+    assert f"artifacts.first and artifacts.main name the same file {GRAPH}" in load_error(plan_copy)
 
 
 def test_an_unknown_schema_version_or_schema_is_refused(plan_copy):
@@ -130,8 +137,8 @@ def test_plan_validate_and_show_on_the_command_line(cpu_plan, plan_copy, capsys)
     assert "valid: plan" in capsys.readouterr().out
     assert edge_main(["plan", "show", str(cpu_plan)]) == 0
     shown = capsys.readouterr().out
-    assert "hardware class cpu_x86_64" in shown and "step_b4.onnx" in shown and "B=4 N=7808" in shown
-    (plan_copy / "step_b4.onnx").write_bytes(b"not a graph")
+    assert "hardware class cpu_x86_64" in shown and GRAPH in shown and "B=4 N=7808" in shown
+    (plan_copy / GRAPH).write_bytes(b"not a graph")
     assert edge_main(["plan", "validate", str(plan_copy)]) == 1
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "artifacts.main.size_bytes" in errors[0]
@@ -141,12 +148,14 @@ def test_a_rebuild_keeps_intact_graphs_and_redoes_a_damaged_one(
     small_checkpoint, plan_copy, capsys, edge_args, build_plan
 ):
     before = ExecPlan.load(plan_copy)
-    (plan_copy / "step_b2.onnx").write_bytes(b"damaged")
     build_plan(small_checkpoint, plan_copy, "cpu_x86_64", *edge_args["step"])
-    log = capsys.readouterr().err
-    assert "kept step_b4.onnx" in log and "exporting step_b2.onnx" in log
+    assert f"kept {GRAPH}" in capsys.readouterr().err
+    assert ExecPlan.load(plan_copy).artifacts["main"].sha256 == before.artifacts["main"].sha256
+    (plan_copy / GRAPH).write_bytes(b"damaged")
+    build_plan(small_checkpoint, plan_copy, "cpu_x86_64", *edge_args["step"])
+    assert f"exporting {GRAPH}" in capsys.readouterr().err
     after = ExecPlan.load(plan_copy)
-    assert after.artifacts["main"].sha256 == before.artifacts["main"].sha256
+    assert after.artifacts["main"].sha256 == before.artifacts["main"].sha256  # the export is deterministic
 
 
 def test_a_malformed_step_contract_is_an_error_naming_it(plan_copy):

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_OPSET = 17
+# "npu": static B, NPU-safe (rknn-toolkit2); "cpu": dynamic B, rewritten for onnxruntime (one graph, every B).
+STEP_FORMS = ("npu", "cpu")
 # Ops that rknn-toolkit2 does not support or that broke conversions (DESIGN §4).
 RKNN_RISK_OPS = ("IsNaN", "Neg", "Range", "Reciprocal", "Pad", "Exp", "ConstantOfShape", "Shape", "Split")
 
@@ -84,21 +86,33 @@ def export_step_onnx(
     path: str | os.PathLike[str],
     opset: int = DEFAULT_OPSET,
     verify: Callable[[Path], Any] | None = None,
+    form: str = "npu",
 ) -> Path:
     """Export a self-contained step graph for ``step_frames``, with its contract in ``metadata_props``.
 
-    The graph is written under a temporary name; ``verify(temporary)`` (when given) runs before the
-    rename, so a graph that fails its check never appears at ``path``
+    ``form``: ``npu`` (static B, the NPU-safe formulation rknn-toolkit2 converts) or ``cpu`` (one
+    graph for any B up to ``step_frames``, rewritten for onnxruntime's fast kernels by
+    :mod:`.onnx_cpu`). The graph is written under a temporary name; ``verify(temporary)`` (when
+    given) runs before the rename, so a graph that fails its check never appears at ``path``
     (:func:`vllm_omni.edge.build.steps.export_checked_step` checks against the full decode).
     """
     import torch
 
     from ..graphs.stateful import Code2WavStep
+    from .onnx_cpu import optimize_for_cpu
 
+    if form not in STEP_FORMS:
+        raise EdgeExportError(f"unknown step graph form {form!r}; known: {', '.join(STEP_FORMS)}")
     onnx = _onnx()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    step = Code2WavStep(decoder, step_frames).eval()
+    dynamic = form == "cpu"
+    step = Code2WavStep(decoder, step_frames, dynamic=dynamic).eval()
+    dynamic_axes = (
+        {"audio_codes": {2: "step_frames"}, "freqs_in": {0: "step_frames"}, "audio_values": {0: "samples"}}
+        if dynamic
+        else None
+    )
 
     def write(temporary: Path) -> None:
         start = time.perf_counter()
@@ -119,8 +133,10 @@ def export_step_onnx(
                 opset_version=opset,
                 dynamo=False,
                 do_constant_folding=True,
+                dynamic_axes=dynamic_axes,
             )
         model = onnx.load(str(temporary))
+        rewrites = optimize_for_cpu(model) if dynamic else {}
         for key, value in step.contract.to_metadata().items():
             prop = model.metadata_props.add()
             prop.key, prop.value = key, value
@@ -129,13 +145,15 @@ def export_step_onnx(
         onnx.save(model, str(temporary))
         report = op_report(temporary)
         logger.info(
-            "exported step B=%d (N=%d) in %.1f s: %s",
-            step_frames,
+            "exported %s step %s (N=%d) in %.1f s: %s%s",
+            form,
+            f"B=1..{step_frames}" if dynamic else f"B={step_frames}",
             step.contract.cache_numel,
             time.perf_counter() - start,
             report.summary(),
+            "".join(f"; {name} x{count}" for name, count in rewrites.items()),
         )
-        if report.risky:
+        if report.risky and not dynamic:
             logger.warning(
                 "step B=%d has ops on the RKNN risk list (%s); rknn-toolkit2 2.3.x aborted on such graphs, "
                 "2.5.0 converted them in a probe",

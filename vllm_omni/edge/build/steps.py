@@ -18,7 +18,7 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTok
 
 from ..audio import snr_db
 from ..backends.onnx import export_step_onnx, graph_contract
-from ..backends.onnxruntime import OnnxStepRunner
+from ..backends.onnxruntime import OnnxStepGraph
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
 from ..errors import EdgeExportError
 from ..files import file_sha256, remove_partial_files
@@ -42,16 +42,25 @@ def seeded_codes(frames: int, num_quantizers: int, codebook_size: int, seed: int
 
 
 def check_step_graph(
-    decoder: Qwen3TTSTokenizerV2Decoder, path: str | os.PathLike[str], frames: int | None = None
+    decoder: Qwen3TTSTokenizerV2Decoder,
+    path: str | os.PathLike[str],
+    frames: int | None = None,
+    first_step_frames: int | None = None,
 ) -> float:
-    """SNR (dB) of onnxruntime stepwise decode vs the torch full decode; raises below 90 dB."""
-    runner = OnnxStepRunner(path)
+    """SNR (dB) of onnxruntime stepwise decode vs the torch full decode; raises below 90 dB.
+
+    ``first_step_frames``: also run a first step of that size (a dynamic graph serving both roles),
+    so the check covers the mixed schedule a plan runs.
+    """
+    graph = OnnxStepGraph(path)
+    runner = graph.runner()
+    first = graph.runner(first_step_frames) if first_step_frames else None
     contract = runner.contract
     frames = frames or max(3 * contract.step_frames, 2 * (contract.kv_slots + 1))
     codes = seeded_codes(frames, contract.num_quantizers, contract.codebook_size, seed=CHECK_SEED)
     with torch.inference_mode():
         reference = decoder(codes)[0, 0].numpy()
-    stream = StatefulDecoder(runner)
+    stream = StatefulDecoder(runner, first)
     audio = np.concatenate([stream.feed(codes[0].T.numpy()), stream.flush()])
     if audio.shape != reference.shape:
         raise EdgeExportError(f"{path}: stepwise decode gave {audio.size} samples, the full decode {reference.size}")
@@ -86,15 +95,22 @@ def step_sizes(hardware_class: HardwareClass, request: BuildRequest) -> dict[str
     return {"main": main} | ({"first": first} if first else {})
 
 
+def step_graph_form(hardware_class: HardwareClass) -> str:
+    """``cpu`` (one dynamic graph for every step size, onnxruntime) or ``npu`` (a static graph per size)."""
+    return "cpu" if hardware_class.backend == "onnxruntime" else "npu"
+
+
 def export_steps(
     hardware_class: HardwareClass, request: BuildRequest
 ) -> tuple[dict[str, tuple[Path, StepContract, float | None]], dict[str, str]]:
     """Export (or keep) the ONNX step graphs of ``request``; returns ``{role: (path, contract, snr)}`` and the model.
 
-    A kept graph (same checkpoint, same step size, same sha256 as recorded) is checked again in
-    onnxruntime against the full decode when ``request.check`` is set.
+    CPU classes get one dynamic graph that every role runs (one copy of the weights); NPU classes a
+    static graph per step size. A kept graph (same checkpoint, same step sizes, same sha256 as
+    recorded) is checked again in onnxruntime against the full decode when ``request.check`` is set.
     """
     sizes = step_sizes(hardware_class, request)
+    form = step_graph_form(hardware_class)
     files = resolve_speech_tokenizer(request.model)
     fingerprint = {"checkpoint_sha256": checkpoint_sha256(files)}
     out_dir = Path(request.out_dir)
@@ -106,20 +122,24 @@ def export_steps(
     def decoder() -> Qwen3TTSTokenizerV2Decoder:
         return load_code2wav_decoder(files.directory)
 
-    graphs: dict[str, tuple[Path, StepContract, float | None]] = {}
-    for index, (role, frames) in enumerate(sizes.items(), start=1):
-        label = f"[{index}/{len(sizes)}] {role} step B={frames}"
-        path = out_dir / f"step_b{frames}.onnx"
+    if form == "cpu":  # one graph, B = 1 .. the largest step, checked on the plan's own mixed schedule
+        jobs = {"step": (max(sizes.values()), sizes.get("first"), f"step_b1-{max(sizes.values())}.onnx")}
+    else:
+        jobs = {role: (frames, None, f"step_b{frames}.onnx") for role, frames in sizes.items()}
+    built: dict[str, tuple[Path, StepContract, float | None]] = {}
+    for index, (job, (frames, first, name)) in enumerate(jobs.items(), start=1):
+        label = f"[{index}/{len(jobs)}] {job if form == 'npu' else 'step graph'} B={frames}"
+        path = out_dir / name
         kept = state.intact(path.name, lambda _record, path=path: path) is not None
         if kept:
             request.progress(f"{label}: kept {path.name} ({path.stat().st_size / 1e6:.1f} MB, intact)")
         else:
-            request.progress(f"{label}: exporting {path.name}")
-            export_step_onnx(decoder(), frames, path)
+            request.progress(f"{label}: exporting {path.name} ({form} form)")
+            export_step_onnx(decoder(), frames, path, form=form)
         snr = None
         if request.check:  # kept graphs too: verification, not hope
             try:
-                snr = check_step_graph(decoder(), path)
+                snr = check_step_graph(decoder(), path, first_step_frames=first)
             except EdgeExportError:
                 path.unlink(missing_ok=True)
                 raise
@@ -128,6 +148,11 @@ def export_steps(
         contract = graph_contract(path)
         verdict = f"onnxruntime stepwise vs full decode {snr:.1f} dB" if snr is not None else "not checked"
         request.progress(f"{label}: {path.name} N={contract.cache_numel}: {verdict}")
-        graphs[role] = (path, contract, snr)
+        built[job] = (path, contract, snr)
+    if form == "cpu":
+        path, contract, snr = built["step"]
+        graphs = {role: (path, contract.for_frames(frames), snr) for role, frames in sizes.items()}
+    else:
+        graphs = built
     model = {"id": str(request.model), "checkpoint_sha256": fingerprint["checkpoint_sha256"]}
     return graphs, model

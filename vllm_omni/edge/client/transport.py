@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import ClientError
-from ..files import MAX_JSON_BYTES, check_file, file_matches, parse_json, write_atomically
+from ..files import MAX_JSON_BYTES, check_file, parse_json, write_atomically
+from ..integrity import remember, verified_sha256
 from ..plan.model import PLAN_NAME, ExecPlan
 from ..plan.schema import ExecPlanError
 from ..stream import TruncatedStreamError
@@ -126,6 +127,8 @@ def _download(
     except OSError as exc:
         raise ClientError(f"cannot create the plan cache {destination.parent}: {exc}") from exc
     write_atomically(destination, write)
+    if sha256 is not None:  # just hashed: the plan's validation need not read it again
+        remember(destination, sha256)
 
 
 def remove_stale_downloads(cache_dir: Path, older_than_s: float = STALE_DOWNLOAD_S) -> None:
@@ -174,9 +177,9 @@ def fetch_plan(location: str, cache_dir: Path = DEFAULT_CACHE_DIR, timeout: floa
         files += [
             (a.source["file"], a.source["sha256"], a.source["size_bytes"]) for a in plan.artifacts.values() if a.source
         ]
-        for name, sha256, size in files:
+        for name, sha256, size in dict.fromkeys(files):  # roles may share a file: fetched once
             target = directory / name
-            if file_matches(target, size, sha256):
+            if check_file(target, size, sha256, sha256_of=verified_sha256) is None:
                 continue
             _download(urllib.parse.urljoin(base, urllib.parse.quote(name)), target, sha256, size, timeout)
         os.replace(staging, directory / PLAN_NAME)

@@ -73,7 +73,7 @@ def cache_layout(decoder: Qwen3TTSTokenizerV2Decoder) -> CacheLayout:
     return CacheLayout.from_shapes([(name, shape) for name, shape in shapes if math.prod(shape) > 0])
 
 
-def step_contract(decoder: Qwen3TTSTokenizerV2Decoder, step_frames: int) -> StepContract:
+def step_contract(decoder: Qwen3TTSTokenizerV2Decoder, step_frames: int, dynamic: bool = False) -> StepContract:
     config = decoder.config
     layout = cache_layout(decoder)
     inv_freq = rope_inverse_frequencies(config.head_dim, config.rope_theta)
@@ -89,6 +89,7 @@ def step_contract(decoder: Qwen3TTSTokenizerV2Decoder, step_frames: int) -> Step
         rope_inv_freq=tuple(float(f) for f in inv_freq),
         layout=layout,
         geometry=config.to_dict(),
+        max_step_frames=step_frames if dynamic else None,
     )
 
 
@@ -125,7 +126,12 @@ class _CacheIO:
 class Code2WavStep(nn.Module):
     """Decodes ``step_frames`` new frames from continuous state; see :mod:`vllm_omni.edge.graphs.step_contract`."""
 
-    def __init__(self, decoder: Qwen3TTSTokenizerV2Decoder, step_frames: int):
+    def __init__(self, decoder: Qwen3TTSTokenizerV2Decoder, step_frames: int, *, dynamic: bool = False):
+        """``dynamic``: trace a graph that takes any B up to ``step_frames`` (one graph for every step size).
+
+        A dynamic graph joins the K/V history with Concat and slices its masks from constants built for
+        ``step_frames``: the CPU form. The static graph keeps the NPU-safe selection matmuls.
+        """
         super().__init__()
         config = decoder.config
         if step_frames < 1:
@@ -135,7 +141,8 @@ class Code2WavStep(nn.Module):
         decoder.precompute_snake_caches()
         self.decoder = decoder
         self.step_frames = step_frames
-        self.contract = step_contract(decoder, step_frames)
+        self.dynamic = dynamic
+        self.contract = step_contract(decoder, step_frames, dynamic=dynamic)
         slots, frames = config.sliding_window - 1, step_frames
         keys = slots + frames
         # Constant selection matrices: history + new -> all keys; all keys -> next history.
@@ -192,7 +199,7 @@ class Code2WavStep(nn.Module):
         sin_signed: torch.Tensor,
         bias: torch.Tensor,
     ) -> torch.Tensor:
-        frames = hidden.shape[1]
+        frames = -1 if self.dynamic else hidden.shape[1]  # -1: a dynamic graph keeps B symbolic
         heads, kv_heads, head_dim = attn.num_heads, attn.num_kv_heads, attn.head_dim
         query = attn.q_proj(hidden).view(frames, heads, head_dim).transpose(0, 1)
         key = attn.k_proj(hidden).view(frames, kv_heads, head_dim).transpose(0, 1)
@@ -200,10 +207,19 @@ class Code2WavStep(nn.Module):
         half = head_dim // 2
         query = query * cos + torch.cat([query[..., half:], query[..., :half]], dim=-1) * sin_signed
         key = key * cos + torch.cat([key[..., half:], key[..., :half]], dim=-1) * sin_signed
-        keys = torch.matmul(self.select_history, cache.read(f"{name}.key")) + torch.matmul(self.select_new, key)
-        values = torch.matmul(self.select_history, cache.read(f"{name}.value")) + torch.matmul(self.select_new, value)
-        cache.write(f"{name}.key", torch.matmul(self.select_next, keys))
-        cache.write(f"{name}.value", torch.matmul(self.select_next, values))
+        if self.dynamic:  # CPU form: Concat joins history and new keys; the next history is the last slots
+            slots = self.select_next.shape[0]
+            keys = torch.cat([cache.read(f"{name}.key"), key], dim=1)
+            values = torch.cat([cache.read(f"{name}.value"), value], dim=1)
+            cache.write(f"{name}.key", keys[:, -slots:])
+            cache.write(f"{name}.value", values[:, -slots:])
+        else:
+            keys = torch.matmul(self.select_history, cache.read(f"{name}.key")) + torch.matmul(self.select_new, key)
+            values = torch.matmul(self.select_history, cache.read(f"{name}.value")) + torch.matmul(
+                self.select_new, value
+            )
+            cache.write(f"{name}.key", torch.matmul(self.select_next, keys))
+            cache.write(f"{name}.value", torch.matmul(self.select_next, values))
         groups = heads // kv_heads
         if groups > 1:
             keys = keys.repeat_interleave(groups, dim=0)
@@ -229,8 +245,13 @@ class Code2WavStep(nn.Module):
         transformer = decoder.pre_transformer
         angles = torch.cat([freqs_in, freqs_in], dim=-1)
         cos, sin_signed = torch.cos(angles), torch.sin(angles) * self.rotate_sign
-        unwritten = torch.clamp(self.slot_threshold - cache_valid, min=0.0, max=1.0)
-        bias = self.mask_grid + unwritten * MASK_VALUE
+        mask_grid, slot_threshold = self.mask_grid, self.slot_threshold
+        if self.dynamic:  # the grid is relative: B frames use its first B rows and slots + B columns
+            frames = audio_codes.shape[-1]
+            keys = mask_grid.shape[1] - mask_grid.shape[0] + frames
+            mask_grid, slot_threshold = mask_grid[:frames, :keys], slot_threshold[:keys]
+        unwritten = torch.clamp(slot_threshold - cache_valid, min=0.0, max=1.0)
+        bias = mask_grid + unwritten * MASK_VALUE
         hidden = transformer.input_proj(hidden)
         for index, layer in enumerate(transformer.layers):
             attended = self._attention(

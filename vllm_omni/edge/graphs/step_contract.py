@@ -12,6 +12,11 @@ A step graph decodes ``step_frames`` (B) new frames from continuous state::
 ``N`` (``cache_numel``) does not depend on B, so steps of different sizes share one cache. The
 layout lists every region of the cache in data-flow order; a runtime builds the zero cache from
 it, never from hard-coded numbers.
+
+A graph is static (it takes exactly ``step_frames``) or, when ``max_step_frames`` is set, dynamic:
+it takes any B in ``1 .. max_step_frames``, so one graph (one copy of the weights) serves a
+plan's first and main steps. A dynamic graph's own metadata says ``step_frames = max_step_frames``;
+a plan's role says the B it runs (:meth:`StepContract.for_frames`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..errors import EdgeError
@@ -30,6 +35,7 @@ STEP_SCHEMA_VERSION = 1
 # the released step (B 16, N 1,303,424 floats, head_dim 64, 71 KV slots), far below exhausting memory.
 LIMITS = {
     "step_frames": 4096,
+    "max_step_frames": 4096,
     "cache_numel": 1 << 28,  # 1 GiB of float32
     "head_dim": 1024,
     "kv_slots": 1 << 16,
@@ -135,6 +141,26 @@ class StepContract:
     layout: CacheLayout = field(repr=False)
     geometry: dict[str, Any] = field(default_factory=dict, repr=False)
     schema_version: int = STEP_SCHEMA_VERSION
+    max_step_frames: int | None = None  # None: a static graph; else any B in 1..max_step_frames
+
+    @property
+    def dynamic(self) -> bool:
+        return self.max_step_frames is not None
+
+    def for_frames(self, step_frames: int) -> StepContract:
+        """The contract of running this graph with ``step_frames`` frames (a dynamic graph's role in a plan)."""
+        if step_frames == self.step_frames:
+            return self
+        if not self.dynamic or not 1 <= step_frames <= self.max_step_frames:
+            accepts = f"1..{self.max_step_frames}" if self.dynamic else f"exactly {self.step_frames}"
+            raise StepContractError(f"this step graph takes {accepts} frames per step, not {step_frames}")
+        return replace(self, step_frames=step_frames)
+
+    def same_graph(self, other: StepContract) -> bool:
+        """Whether ``other`` describes this graph, possibly run at another B (a dynamic graph's plan role)."""
+        if self.dynamic and other.dynamic and other.step_frames <= self.max_step_frames:
+            return replace(other, step_frames=self.step_frames) == self
+        return other == self
 
     def input_shapes(self) -> dict[str, list[int]]:
         return {
@@ -158,6 +184,8 @@ class StepContract:
         """String key/values for ONNX ``metadata_props``."""
         values = asdict(self)
         values.pop("layout")
+        if values["max_step_frames"] is None:  # static graphs keep the metadata (and bytes) they always had
+            values.pop("max_step_frames")
         names = {"samples_per_frame": "hop"}
         metadata = {f"qwen3_tts.{names.get(k, k)}": json.dumps(v) for k, v in values.items()}
         metadata["qwen3_tts.cache_layout"] = json.dumps(self.layout.to_json())
@@ -226,7 +254,13 @@ class StepContract:
             layout=CacheLayout.from_json(read("cache_layout")),
             geometry=geometry,
             schema_version=version,
+            max_step_frames=count("max_step_frames") if "qwen3_tts.max_step_frames" in metadata else None,
         )
+        if contract.dynamic and contract.step_frames > contract.max_step_frames:
+            raise StepContractError(
+                f"{source}: step_frames {contract.step_frames} exceeds the graph's max_step_frames "
+                f"{contract.max_step_frames}"
+            )
         if contract.layout.numel != contract.cache_numel:
             raise StepContractError(
                 f"{source}: cache layout sums to {contract.layout.numel} floats but "

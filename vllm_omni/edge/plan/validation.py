@@ -3,7 +3,9 @@
 - stateful plans: roles ``main`` and optionally ``first``; each step contract agrees with the plan's
   codec geometry and its own shapes; steps that share a cache share its layout;
 - windowed plans: exactly the programs of the ramp's schedule, each with its window contract;
-- every artifact (and recorded ONNX source) present in the plan directory with its size and sha256.
+- every artifact (and recorded ONNX source) present in the plan directory with its size and sha256
+  (a file already verified and unchanged since is not hashed again: :mod:`..integrity`); a file
+  that several roles share (one graph for every step size) is checked once.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..files import check_file
 from ..graphs.step_contract import StepContractError
 from ..graphs.window_contract import WindowConfigError, WindowContract, check_ramp, window_schedule
+from ..integrity import verified_sha256
 from .schema import ExecPlanError
 
 if TYPE_CHECKING:
@@ -97,15 +100,23 @@ def check_artifacts(plan: ExecPlan, source: str = "plan", check_sha256: bool = T
     """Every artifact (and recorded source graph) present with the plan's size and sha256."""
     if plan.directory is None:
         raise ExecPlanError(f"{source}: the plan was not read from a directory; nothing to check files against")
+    checked: dict[str, tuple[str, int, str]] = {}  # file -> (field, size, sha256) of its first record
     for role, artifact in plan.artifacts.items():
-        _check_file(
-            plan, source, f"artifacts.{role}", artifact.file, artifact.size_bytes, artifact.sha256, check_sha256
-        )
+        records = [(f"artifacts.{role}", artifact.file, artifact.size_bytes, artifact.sha256)]
         if artifact.source is not None:
             row = artifact.source
-            _check_file(
-                plan, source, f"artifacts.{role}.source", row["file"], row["size_bytes"], row["sha256"], check_sha256
-            )
+            records.append((f"artifacts.{role}.source", row["file"], row["size_bytes"], row["sha256"]))
+        for field_name, file, size, sha256 in records:
+            if file in checked:
+                first, first_size, first_sha256 = checked[file]
+                if (first_size, first_sha256) != (size, sha256):
+                    raise ExecPlanError(
+                        f"{source}: {field_name} and {first} name the same file {file} with different sizes or "
+                        "sha256s; the plan was edited by hand or damaged: rebuild it"
+                    )
+                continue
+            _check_file(plan, source, field_name, file, size, sha256, check_sha256)
+            checked[file] = (field_name, size, sha256)
 
 
 def _check_file(
@@ -119,7 +130,7 @@ def _check_file(
         )
     if path.exists() and not path.is_file():
         raise ExecPlanError(f"{source}: {field_name}.file: {file} is not a regular file; rebuild the plan")
-    mismatch = check_file(path, size, sha256, check_sha256)
+    mismatch = check_file(path, size, sha256, check_sha256, sha256_of=verified_sha256)
     if mismatch is None:
         return
     if mismatch.field == "file":

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+import torch
+
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE, Qwen3TTSTokenizerV2Decoder
 
 from ..geometry import CodecGeometry
@@ -23,3 +26,9 @@ def eager_windowed_decoder(
         context_frames=context_frames,
         codec=CodecGeometry.of_decoder(decoder, OUTPUT_SAMPLE_RATE),
     )
+
+
+def full_decode(decoder: Qwen3TTSTokenizerV2Decoder, frames: np.ndarray) -> np.ndarray:
+    """The eager full decode of frame-major codes ``[T, Q]``: ``float32[T * samples_per_frame]``."""
+    with torch.inference_mode():
+        return decoder(torch.from_numpy(np.ascontiguousarray(frames.T[None])))[0, 0].numpy()
