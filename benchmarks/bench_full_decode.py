@@ -21,39 +21,15 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workers import count_macs
 
 from vllm_omni.edge.checkpoint import load_code2wav_decoder
 from vllm_omni.edge.testing.codes import random_codes
 from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
-
-
-def count_macs(decoder: nn.Module, codes: torch.Tensor) -> int:
-    """Multiply-accumulates of convolutions, transposed convolutions and linear layers for one decode."""
-    total = 0
-
-    def hook(module, inputs, output):
-        nonlocal total
-        if isinstance(module, nn.Conv1d):
-            total += output.numel() * module.in_channels // module.groups * module.kernel_size[0]
-        elif isinstance(module, nn.ConvTranspose1d):
-            total += inputs[0].numel() * module.out_channels * module.kernel_size[0]
-        elif isinstance(module, nn.Linear):
-            total += output.numel() * module.in_features
-
-    handles = [
-        m.register_forward_hook(hook)
-        for m in decoder.modules()
-        if isinstance(m, nn.Conv1d | nn.ConvTranspose1d | nn.Linear)
-    ]
-    with torch.inference_mode():
-        decoder(codes)
-    for handle in handles:
-        handle.remove()
-    return total
 
 
 def main(argv: list[str] | None = None) -> int:

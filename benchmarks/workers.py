@@ -10,6 +10,31 @@ import time
 from pathlib import Path
 
 
+def count_macs(decoder, codes) -> int:
+    """Multiply-accumulates of convolutions, transposed convolutions and linear layers for one decode of ``codes``."""
+    import torch
+    from torch import nn
+
+    total = 0
+
+    def hook(module, inputs, output):
+        nonlocal total
+        if isinstance(module, nn.Conv1d):
+            total += output.numel() * module.in_channels // module.groups * module.kernel_size[0]
+        elif isinstance(module, nn.ConvTranspose1d):
+            total += inputs[0].numel() * module.out_channels * module.kernel_size[0]
+        elif isinstance(module, nn.Linear):
+            total += output.numel() * module.in_features
+
+    kinds = (nn.Conv1d, nn.ConvTranspose1d, nn.Linear)
+    handles = [m.register_forward_hook(hook) for m in decoder.modules() if isinstance(m, kinds)]
+    with torch.inference_mode():
+        decoder(codes)
+    for handle in handles:
+        handle.remove()
+    return total
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident set (VmHWM; ru_maxrss would carry the parent's over fork+exec)."""
     for line in Path("/proc/self/status").read_text().splitlines():

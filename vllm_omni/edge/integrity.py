@@ -64,27 +64,36 @@ def _load() -> dict[str, list]:
     return files if isinstance(files, dict) else {}
 
 
-def remembered_sha256(path: str | os.PathLike[str]) -> str | None:
-    """The digest recorded for ``path`` if its identity is unchanged since it was verified, else ``None``."""
+def _key(path: str | os.PathLike[str], kind: str) -> str:
+    return f"{kind}:{Path(path).resolve()}"
+
+
+def remembered_sha256(path: str | os.PathLike[str], kind: str = "sha256") -> str | None:
+    """The digest recorded for ``path`` if its identity is unchanged since it was verified, else ``None``.
+
+    ``kind`` keeps different facts apart: ``sha256`` (the file hashes to the digest), ``plan`` (the
+    plan file passed full validation, schema included).
+    """
     if not enabled():
         return None
-    key, now = str(Path(path).resolve()), identity(path)
-    row = _load().get(key)
+    now = identity(path)
+    row = _load().get(_key(path, kind))
     if now is None or not isinstance(row, list) or len(row) != 6 or row[:5] != now or not isinstance(row[5], str):
         return None
     return row[5]
 
 
-def remember(path: str | os.PathLike[str], sha256: str) -> None:
-    """Record that ``path``, as it is now, hashes to ``sha256`` (call only right after hashing it)."""
+def remember(path: str | os.PathLike[str], digest: str, kind: str = "sha256") -> None:
+    """Record that ``path``, as it is now, hashes to ``digest`` (call only right after checking it)."""
     if not enabled():
         return
     now = identity(path)
     if now is None:
         return
     files = _load()
-    files.pop(str(Path(path).resolve()), None)
-    files[str(Path(path).resolve())] = [*now, sha256]
+    key = _key(path, kind)
+    files.pop(key, None)  # re-inserted last: the newest entry is dropped last
+    files[key] = [*now, digest]
     while len(files) > MAX_ENTRIES:
         files.pop(next(iter(files)))
     try:

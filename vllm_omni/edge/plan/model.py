@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import integrity
 from ..files import read_json_file, write_json_atomically
 from ..geometry import CodecGeometry
 from ..graphs.step_contract import StepContract
@@ -135,9 +136,16 @@ class ExecPlan:
         return write_json_atomically(directory / PLAN_NAME, self.to_json())
 
     @classmethod
-    def from_json(cls, payload: Any, directory: Path | None = None, source: str = "plan") -> ExecPlan:
-        """Parse and check everything that does not need the artifact files (see :meth:`load`)."""
-        check_schema(payload, source)
+    def from_json(
+        cls, payload: Any, directory: Path | None = None, source: str = "plan", schema_checked: bool = False
+    ) -> ExecPlan:
+        """Parse and check everything that does not need the artifact files (see :meth:`load`).
+
+        ``schema_checked``: this exact document passed the JSON Schema before (remembered by
+        :meth:`load`); the schema check, which imports jsonschema, is skipped. Nothing else is.
+        """
+        if not schema_checked:
+            check_schema(payload, source)
         plan = cls(
             hardware_class=payload["hardware_class"],
             graph_kind=payload["graph_kind"],
@@ -178,7 +186,12 @@ class ExecPlan:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], check_sha256: bool = True) -> ExecPlan:
-        """Read ``path`` (a plan file or the directory holding ``exec_plan.json``) and validate it fully."""
+        """Read ``path`` (a plan file or the directory holding ``exec_plan.json``) and validate it fully.
+
+        A plan document that passed once is remembered by the file's identity and the digest of its
+        content (:mod:`..integrity`): loading it again skips only the JSON Schema pass (the slowest
+        part of a small load); its artifacts are checked every time.
+        """
         path, payload = read_json_file(
             path,
             PLAN_NAME,
@@ -187,8 +200,12 @@ class ExecPlan:
             "--model DIR_OR_ID --out DIR`",
             "rebuild the plan",
         )
-        plan = cls.from_json(payload, directory=path.parent, source=str(path))
+        digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+        known = integrity.remembered_sha256(path, kind="plan") == digest
+        plan = cls.from_json(payload, directory=path.parent, source=str(path), schema_checked=known)
         validation.check_artifacts(plan, str(path), check_sha256=check_sha256)
+        if not known:
+            integrity.remember(path, digest, kind="plan")
         return plan
 
     # -- human-readable -----------------------------------------------------------------------------
