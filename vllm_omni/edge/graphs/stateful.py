@@ -188,7 +188,8 @@ class Code2WavStep(nn.Module):
 
     def _residual(self, cache: _CacheIO, name: str, unit: ResidualUnit, hidden: torch.Tensor) -> torch.Tensor:
         branch = self._conv(cache, f"{name}.conv1", unit.conv1, self._activation(unit.act1, hidden))
-        return hidden + unit.conv2(self._activation(unit.act2, branch))
+        # conv2 has kernel 1 (no tail): its conv directly, without the module's zero-width Pad
+        return hidden + self._conv(cache, f"{name}.conv2", unit.conv2, self._activation(unit.act2, branch))
 
     def _activation(self, module: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
         """``module(hidden)``; in the CPU form SnakeBeta's ``b * sin(a x)^2`` becomes ``b/2 - b/2 * cos(2 a x)``.
