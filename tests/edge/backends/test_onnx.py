@@ -8,7 +8,7 @@ import torch
 
 from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.backends.onnx import export_step_onnx, graph_contract, op_report
-from vllm_omni.edge.backends.onnxruntime import OnnxStepRunner
+from vllm_omni.edge.backends.onnxruntime import OnnxStepGraph, OnnxStepRunner
 from vllm_omni.edge.graphs.step_contract import StepContractError
 from vllm_omni.edge.runtime import StatefulDecoder
 from vllm_omni.edge.testing.codes import random_codes
@@ -82,3 +82,46 @@ def test_a_graph_that_is_not_a_step_is_refused(tmp_path, small_decoder):
     (tmp_path / "junk.onnx").write_bytes(b"not onnx at all")
     with pytest.raises(StepContractError, match="not a readable ONNX file"):
         graph_contract(tmp_path / "junk.onnx")
+
+
+@pytest.fixture(scope="module")
+def cpu_graph(small_decoder, tmp_path_factory):
+    return export_step_onnx(small_decoder, 16, tmp_path_factory.mktemp("cpu") / "step_b1-16.onnx", form="cpu")
+
+
+def test_the_cpu_form_is_one_graph_for_every_step_size(cpu_graph, step_graphs, small_decoder):
+    contract = graph_contract(cpu_graph)
+    assert (contract.step_frames, contract.max_step_frames, contract.dynamic) == (16, 16, True)
+    assert contract.shares_cache_with(graph_contract(step_graphs[2]))  # a cache from either form feeds the other
+    session = onnxruntime.InferenceSession(str(cpu_graph), providers=["CPUExecutionProvider"])
+    assert [i.shape for i in session.get_inputs()][:2] == [[1, 16, "step_frames"], ["step_frames", 16]]
+    model = onnx.load(str(cpu_graph), load_external_data=False)
+    ops = {node.op_type for node in model.graph.node}
+    assert "Pow" not in ops and "Pad" not in ops and "ConstantOfShape" not in ops
+    assert all(len(i.dims) == 4 for i in model.graph.initializer if i.name.endswith("conv.weight"))
+    # any B up to 16, in one stream, and switching the step size on the way: still the full decode
+    graph = OnnxStepGraph(cpu_graph)
+    codes = random_codes(97, seed=12)
+    with torch.inference_mode():
+        full = small_decoder(codes)[0, 0].numpy()
+    frames, pieces = codes[0].T.numpy(), []
+    for size in (1, 3, 16, 7):
+        decoder = StatefulDecoder(graph.runner(size), first=graph.runner(2))
+        pieces = [decoder.feed(frames[:40]), decoder.feed(frames[40:]), decoder.flush()]
+        assert snr_db(full, np.concatenate(pieces)) >= 110
+    static = StatefulDecoder(OnnxStepRunner(step_graphs[16]))  # the static NPU form agrees with it
+    assert snr_db(full, np.concatenate([static.feed(frames), static.flush()])) >= 110
+
+
+def test_a_graph_refuses_step_sizes_it_does_not_take(cpu_graph, step_graphs):
+    graph = OnnxStepGraph(cpu_graph)
+    for size in (0, 17):
+        with pytest.raises(StepContractError, match="takes 1..16 frames per step, not"):
+            graph.runner(size)
+    with pytest.raises(StepContractError, match="takes exactly 2 frames per step, not 4"):
+        OnnxStepRunner(step_graphs[2], step_frames=4)
+
+
+def test_a_static_graph_keeps_its_metadata(step_graphs):
+    metadata = {p.key for p in onnx.load(str(step_graphs[2]), load_external_data=False).metadata_props}
+    assert "qwen3_tts.max_step_frames" not in metadata  # NPU graphs (and their plan ids) are as before
