@@ -94,6 +94,26 @@ def step_contract(decoder: Qwen3TTSTokenizerV2Decoder, step_frames: int, dynamic
     )
 
 
+@torch.no_grad()
+def polyphase_weights(module: CausalConvTranspose1d) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(weight [stride * C_out, C_in, taps], bias [stride * C_out])`` of ``module`` as phase convolutions.
+
+    Tap ``k`` of phase ``p`` reads input frame ``n - (taps - 1 - k)`` with the transposed kernel's
+    column ``p + (taps - 1 - k) * stride`` (zero where that is past the kernel).
+    """
+    conv, stride = module.conv, module.stride
+    in_channels, out_channels, kernel = conv.weight.shape
+    taps = math.ceil(kernel / stride)
+    weight = conv.weight.new_zeros(stride, out_channels, in_channels, taps)
+    for phase in range(stride):
+        for back in range(taps):
+            column = phase + back * stride
+            if column < kernel:
+                weight[phase, :, :, taps - 1 - back] = conv.weight[:, :, column].T
+    bias = conv.bias.repeat(stride) if conv.bias is not None else None
+    return weight.reshape(stride * out_channels, in_channels, taps), bias
+
+
 def shifted_eye(rows: int, cols: int, shift: int) -> torch.Tensor:
     """``float32[rows, cols]`` with ones where ``col == row + shift``."""
     row = torch.arange(rows)[:, None]
@@ -162,6 +182,17 @@ class Code2WavStep(nn.Module):
         self.register_buffer("slot_threshold", threshold, persistent=False)
         half = config.head_dim // 2
         self.register_buffer("rotate_sign", torch.cat([-torch.ones(half), torch.ones(half)]), persistent=False)
+        if dynamic:  # the CPU form runs transposed convolutions as phase convolutions (see _transpose_polyphase)
+            transposes = [(f"upsample.{i}.0", pair[0]) for i, pair in enumerate(decoder.upsample)]
+            transposes += [
+                (f"decoder.{i}.block.1", module.block[1])
+                for i, module in enumerate(decoder.decoder)
+                if isinstance(module, DecoderBlock)
+            ]
+            for name, module in transposes:
+                weight, bias = polyphase_weights(module)
+                self.register_buffer(f"polyphase_{name.replace('.', '_')}_weight", weight, persistent=False)
+                self.register_buffer(f"polyphase_{name.replace('.', '_')}_bias", bias, persistent=False)
 
     # -- stateful pieces -------------------------------------------------------------------------
 
@@ -175,11 +206,35 @@ class Code2WavStep(nn.Module):
 
     def _transpose(self, cache: _CacheIO, name: str, module: CausalConvTranspose1d, hidden: torch.Tensor):
         tail, stride, frames = transpose_tail(module), module.stride, hidden.shape[-1]
+        if self.dynamic:
+            return self._transpose_polyphase(cache, name, module, hidden)
         if tail == 0:
             return module.conv(hidden)[..., : frames * stride]
         joined = torch.cat([cache.read(name)[None], hidden], dim=-1)
         cache.write(name, joined[0, :, -tail:])
         return module.conv(joined)[..., tail * stride : (tail + frames) * stride]
+
+    def _transpose_polyphase(
+        self, cache: _CacheIO, name: str, module: CausalConvTranspose1d, hidden: torch.Tensor
+    ) -> torch.Tensor:
+        """The CPU form of a causal ConvTranspose: one ordinary convolution per output phase, interleaved.
+
+        Output sample ``n * stride + p`` is ``sum_j W[:, :, p + j * stride]^T x[n - j]``: a causal
+        convolution of ``taps = ceil(kernel / stride)`` input frames with ``stride * C_out`` outputs
+        (channel ``p * C_out + o``), whose phases are then interleaved in time. The same sums as the
+        transposed convolution, but onnxruntime runs it as a blocked direct convolution (NCHWc).
+        The cache keeps the tail the layout names; only the last ``taps - 1`` frames of it are read.
+        """
+        weight = getattr(self, f"polyphase_{name.replace('.', '_')}_weight")
+        bias = getattr(self, f"polyphase_{name.replace('.', '_')}_bias")
+        stride, out_channels, taps = module.stride, module.conv.out_channels, weight.shape[-1]
+        tail = transpose_tail(module)
+        if tail:
+            joined = torch.cat([cache.read(name)[None], hidden], dim=-1)
+            cache.write(name, joined[0, :, -tail:])
+            hidden = joined[..., tail - (taps - 1) :]
+        phases = torch.nn.functional.conv1d(hidden, weight, bias)  # [1, stride * C_out, T]
+        return phases.view(1, stride, out_channels, -1).permute(0, 2, 3, 1).reshape(1, out_channels, -1)
 
     def _convnext(self, cache: _CacheIO, name: str, block: ConvNeXtBlock, hidden: torch.Tensor) -> torch.Tensor:
         branch = self._conv(cache, f"{name}.dwconv", block.dwconv, hidden).transpose(1, 2)
