@@ -24,9 +24,29 @@ AXIS_NAME = "qwen3_tts.cpu.axis2"  # the initializer both Unsqueeze and Squeeze 
 
 def optimize_for_cpu(model: Any) -> dict[str, int]:
     """Rewrite ``model`` (an ``onnx.ModelProto``) in place; returns how many nodes each rewrite changed."""
-    counts = {"conv_as_2d": convolutions_as_2d(model), "square_as_mul": squares_as_mul(model)}
+    counts = {"constants_as_initializers": constants_as_initializers(model)}
+    counts |= {"conv_as_2d": convolutions_as_2d(model), "square_as_mul": squares_as_mul(model)}
     counts["unused_initializers"] = remove_unused_initializers(model)
     return counts
+
+
+def constants_as_initializers(model: Any) -> int:
+    """``Constant`` nodes holding a tensor become initializers (the exporter emits module buffers as such nodes),
+    so the rewrites below see every constant weight."""
+    graph = model.graph
+    nodes, moved = [], 0
+    for node in graph.node:
+        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+            tensor = type(node.attribute[0].t)()
+            tensor.CopyFrom(node.attribute[0].t)
+            tensor.name = node.output[0]
+            graph.initializer.append(tensor)
+            moved += 1
+        else:
+            nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return moved
 
 
 def remove_unused_initializers(model: Any) -> int:
