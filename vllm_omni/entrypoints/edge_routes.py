@@ -72,11 +72,14 @@ def speech_body_model():
 
 @dataclass
 class EdgeServingState:
-    """What the routes share: the plans, their JSON bytes, and the frame generator on the engine."""
+    """What the routes share: the plans, their JSON bytes, the frame generator on the engine, and an open
+    decoder of the server's CPU plan that keeps its session loaded (each request opens its own decoder
+    on that shared session at no cost: the onnxruntime backend shares graphs by file)."""
 
     plans: Any  # ServedPlans
     plan_bytes: dict[str, bytes]
     generator: Any  # AsyncCodecFrameGenerator
+    warm_decoder: Any = None
 
     def plan(self, name: str):
         from fastapi import HTTPException
@@ -374,7 +377,7 @@ async def pcm_stream(edge: EdgeServingState, request, request_id: str) -> AsyncI
     from vllm_omni.edge.audio import float_to_pcm16
     from vllm_omni.edge.runtime import open_decoder
 
-    decoder = await asyncio.to_thread(open_decoder, edge.plans.server_decoder, check_sha256=False)
+    decoder = await asyncio.to_thread(open_decoder, edge.plans.server_decoder, check_sha256=False, prepack=True)
     async for frames in edge.generator.stream(request, request_id):
         audio = await asyncio.to_thread(decoder.feed, frames)
         if audio.size:
@@ -413,6 +416,7 @@ class EdgeEndpointPlugin:
 
     async def init_state(self, engine_client, state, args) -> None:
         from vllm_omni.edge.plan.model import PLAN_NAME
+        from vllm_omni.edge.runtime import open_decoder
 
         from .edge_plans import load_served_plans
         from .speech import AsyncCodecFrameGenerator
@@ -423,4 +427,6 @@ class EdgeEndpointPlugin:
         plans = load_served_plans(getattr(args, "edge_classes", []), Path(args.edge_artifacts))
         plan_bytes = {name: (p.directory / PLAN_NAME).read_bytes() for name, p in plans.published.items()}
         generator = await asyncio.to_thread(AsyncCodecFrameGenerator.for_engine, engine_client, model)
-        state.omni_edge = EdgeServingState(plans, plan_bytes, generator)
+        # A long-lived server: weights repacked once for faster steps (prepack), and kept loaded.
+        warm = await asyncio.to_thread(open_decoder, plans.server_decoder, check_sha256=False, prepack=True)
+        state.omni_edge = EdgeServingState(plans, plan_bytes, generator, warm)

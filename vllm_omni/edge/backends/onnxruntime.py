@@ -39,6 +39,7 @@ class OnnxStepGraph:
         threads: int | None = None,
         cache: OptimizedModelCache | None = None,
         sha256: str | None = None,
+        prepack: bool = False,
     ):
         ort = onnxruntime_module()
         self.path = Path(path)
@@ -46,9 +47,10 @@ class OnnxStepGraph:
             raise EdgeError(f"no step graph at {self.path}")
         try:
             if cache is not None and sha256 is not None:
-                self.session, self.cached = cache.session(self.path, sha256, threads)
+                self.session, self.cached = cache.session(self.path, sha256, threads, prepack)
             else:
-                self.session = ort.InferenceSession(str(self.path), session_options(threads), providers=CPU)
+                options = session_options(threads, prepack=prepack)
+                self.session = ort.InferenceSession(str(self.path), options, providers=CPU)
                 self.cached = False
         except EdgeError:
             raise
@@ -101,11 +103,12 @@ class OnnxRuntimeBackend:
     def open_graph(self, plan: ExecPlan, role: str, options: RunnerOptions) -> OnnxStepGraph:
         artifact = plan.artifacts[role]
         path = plan.path(role)
-        key = (str(path.resolve()), artifact.sha256, options.threads)
+        key = (str(path.resolve()), artifact.sha256, options.threads, options.prepack)
         with self._lock:
             graph = self._graphs.get(key)
             if graph is None:
-                graph = OnnxStepGraph(path, options.threads, OptimizedModelCache.default(), artifact.sha256)
+                cache = OptimizedModelCache.default()
+                graph = OnnxStepGraph(path, options.threads, cache, artifact.sha256, options.prepack)
                 self._graphs[key] = graph
         return graph
 

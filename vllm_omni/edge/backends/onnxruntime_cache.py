@@ -55,13 +55,21 @@ def onnxruntime_module():
     return onnxruntime
 
 
-def session_options(threads: int | None, level: str = "ORT_ENABLE_ALL") -> Any:
-    """Fresh onnxruntime session options: ``threads`` intra-op threads (``None``: onnxruntime's default)."""
+def session_options(threads: int | None, level: str = "ORT_ENABLE_ALL", prepack: bool = False) -> Any:
+    """Fresh onnxruntime session options for a step graph: ``threads`` intra-op threads (``None``: default).
+
+    Memory-reuse planning is off: for the released graph it took about 0.9 s of every open and
+    measured no difference in peak RSS or speed (the arena still recycles freed buffers). Weight
+    prepacking is off unless ``prepack``: it costs about 0.4 s per open for about 8% faster steps.
+    """
     ort = onnxruntime_module()
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    options.enable_mem_reuse = False
+    if not prepack:
+        options.add_session_config_entry("session.disable_prepacking", "1")
     # Errors only: at level ALL onnxruntime warns for every initializer its own folding leaves unused, and
     # that a saved NCHWc model is CPU-specific (which is why cache entries are keyed by this CPU).
     options.log_severity_level = 3
@@ -97,19 +105,20 @@ class OptimizedModelCache:
         ort = onnxruntime_module()
         return self.root / f"{sha256[:32]}-ort{ort.__version__}-{cpu_signature()}"
 
-    def session(self, graph: Path, sha256: str, threads: int | None = None) -> tuple[Any, bool]:
+    def session(self, graph: Path, sha256: str, threads: int | None = None, prepack: bool = False) -> tuple[Any, bool]:
         """``(session, hit)`` for the graph at ``graph``, already verified to hash to ``sha256``."""
         ort = onnxruntime_module()
         if self.root is None:
-            return ort.InferenceSession(str(graph), session_options(threads), providers=CPU), False
+            return ort.InferenceSession(str(graph), session_options(threads, prepack=prepack), providers=CPU), False
         entry = self.entry(sha256)
         try:
             model = self._verified_model(entry)
         except _EntryError as exc:
             if entry.exists():
                 logger.warning("onnxruntime cache entry %s is damaged (%s); rebuilding it", entry.name, exc)
-            return self._build(graph, entry, threads), False
-        session = ort.InferenceSession(str(model), session_options(threads, "ORT_DISABLE_ALL"), providers=CPU)
+            return self._build(graph, entry, threads, prepack), False
+        options = session_options(threads, "ORT_DISABLE_ALL", prepack)
+        session = ort.InferenceSession(str(model), options, providers=CPU)
         with contextlib.suppress(OSError):
             os.utime(entry)  # the least recently used entry is dropped first
         return session, True
@@ -131,17 +140,17 @@ class OptimizedModelCache:
                 raise _EntryError(f"{name}: {mismatch.field} differs from the record")
         return entry / MODEL_NAME
 
-    def _build(self, graph: Path, entry: Path, threads: int | None) -> Any:
+    def _build(self, graph: Path, entry: Path, threads: int | None, prepack: bool) -> Any:
         ort = onnxruntime_module()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(dir=self.root, prefix=".incoming-"))
         except OSError as exc:
             logger.warning("onnxruntime cache %s is not writable (%s); optimizing in memory", self.root, exc)
-            return ort.InferenceSession(str(graph), session_options(threads), providers=CPU)
+            return ort.InferenceSession(str(graph), session_options(threads, prepack=prepack), providers=CPU)
         try:
             start = time.perf_counter()
-            options = session_options(threads)
+            options = session_options(threads, prepack=prepack)
             options.optimized_model_filepath = str(staging / MODEL_NAME)
             options.add_session_config_entry("session.optimized_model_external_initializers_file_name", WEIGHTS_NAME)
             options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
@@ -157,7 +166,7 @@ class OptimizedModelCache:
                 verified_sha256(entry / name)
         except OSError as exc:
             logger.warning("could not cache the optimized graph in %s (%s); optimizing in memory", self.root, exc)
-            return ort.InferenceSession(str(graph), session_options(threads), providers=CPU)
+            return ort.InferenceSession(str(graph), session_options(threads, prepack=prepack), providers=CPU)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         logger.info("optimized %s for this CPU in %.1f s; cached in %s", graph.name, time.perf_counter() - start, entry)

@@ -30,8 +30,12 @@ def open_decoder(
     rknn_runtime: str = "auto",
     threads: int | None = None,
     check_sha256: bool = True,
+    prepack: bool = False,
 ) -> StreamDecoder:
-    """The stream decoder of ``plan``. ``rknn_runtime``: ``board`` (rknnlite), ``simulator`` or ``auto``."""
+    """The stream decoder of ``plan``. ``rknn_runtime``: ``board`` (rknnlite), ``simulator`` or ``auto``.
+
+    ``prepack``: onnxruntime repacks weights at open (faster steps, slower open; see :class:`RunnerOptions`).
+    """
     if not isinstance(plan, ExecPlan):
         plan = ExecPlan.load(plan, check_sha256=check_sha256)
     try:
@@ -42,7 +46,7 @@ def open_decoder(
         raise ExecPlanError(
             f"backend {plan.backend!r} runs {backend.graph_kind} graphs; the plan is {plan.graph_kind}: rebuild it"
         )
-    options = RunnerOptions(threads=threads, rknn_runtime=rknn_runtime)
+    options = RunnerOptions(threads=threads, rknn_runtime=rknn_runtime, prepack=prepack)
     runners = {role: backend.open_runner(plan, role, options) for role in plan.artifacts}
     if plan.graph_kind == "windowed":
         return WindowedDecoder(
