@@ -111,11 +111,12 @@ def worker_step(args) -> dict:
     codes = np.load(args.codes)
     decoder = StatefulDecoder(runner)
     times, pieces = [], []
-    for begin in range(0, len(codes) - len(codes) % step, step):
+    whole = len(codes) - len(codes) % step
+    for begin in range(0, whole, step):
         start = time.perf_counter()
         pieces.append(decoder.feed(codes[begin : begin + step]))
         times.append(time.perf_counter() - start)
-    pieces.append(decoder.flush())
+    pieces += [decoder.feed(codes[whole:]), decoder.flush()]  # the last, partial step (not timed)
     np.save(args.audio_out, np.concatenate(pieces))
     step_seconds = statistics.median(times[1:] or times)
     return {

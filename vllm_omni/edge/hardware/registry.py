@@ -83,7 +83,7 @@ BUILTIN_CLASSES = (
     ),
     HardwareClass(
         name="cpu_x86_64",
-        description="x86_64 CPU: stateful ONNX step graphs on onnxruntime (exact)",
+        description="x86_64 CPU: one stateful ONNX step graph for every step size, on onnxruntime (exact)",
         graph_kind="stateful",
         backend="onnxruntime",
         dtype="fp32",
@@ -92,8 +92,8 @@ BUILTIN_CLASSES = (
     ),
     HardwareClass(
         name="cpu_arm64",
-        description="arm64 CPU (boards, Apple silicon, phones without an NPU plan): stateful ONNX step graphs on "
-        "onnxruntime (exact)",
+        description="arm64 CPU (boards, Apple silicon, phones without an NPU plan): one stateful ONNX step graph "
+        "for every step size, on onnxruntime (exact)",
         graph_kind="stateful",
         backend="onnxruntime",
         dtype="fp32",
