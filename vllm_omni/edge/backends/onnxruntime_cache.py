@@ -117,8 +117,13 @@ class OptimizedModelCache:
             if entry.exists():
                 logger.warning("onnxruntime cache entry %s is damaged (%s); rebuilding it", entry.name, exc)
             return self._build(graph, entry, threads, prepack), False
-        options = session_options(threads, "ORT_DISABLE_ALL", prepack)
-        session = ort.InferenceSession(str(model), options, providers=CPU)
+        try:
+            session = ort.InferenceSession(
+                str(model), session_options(threads, "ORT_DISABLE_ALL", prepack), providers=CPU
+            )
+        except Exception as exc:  # onnxruntime's own error types: an entry it cannot load is rebuilt
+            logger.warning("onnxruntime cannot load cache entry %s (%s); rebuilding it", entry.name, exc)
+            return self._build(graph, entry, threads, prepack), False
         with contextlib.suppress(OSError):
             os.utime(entry)  # the least recently used entry is dropped first
         return session, True
@@ -148,30 +153,36 @@ class OptimizedModelCache:
         except OSError as exc:
             logger.warning("onnxruntime cache %s is not writable (%s); optimizing in memory", self.root, exc)
             return ort.InferenceSession(str(graph), session_options(threads, prepack=prepack), providers=CPU)
+        start = time.perf_counter()
         try:
-            start = time.perf_counter()
             options = session_options(threads, prepack=prepack)
             options.optimized_model_filepath = str(staging / MODEL_NAME)
             options.add_session_config_entry("session.optimized_model_external_initializers_file_name", WEIGHTS_NAME)
             options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
             session = ort.InferenceSession(str(graph), options, providers=CPU)
-            files = {}
-            for name in (MODEL_NAME, WEIGHTS_NAME):
-                path = staging / name
-                files[name] = {"sha256": verified_sha256(path), "size_bytes": path.stat().st_size}
-            write_json_atomically(staging / RECORD_NAME, {"graph": graph.name, "files": files})
-            shutil.rmtree(entry, ignore_errors=True)
-            os.replace(staging, entry)
-            for name in files:  # remember the files at their final paths (a rename keeps the identity)
-                verified_sha256(entry / name)
-        except OSError as exc:
-            logger.warning("could not cache the optimized graph in %s (%s); optimizing in memory", self.root, exc)
-            return ort.InferenceSession(str(graph), session_options(threads, prepack=prepack), providers=CPU)
+            try:
+                self._store(staging, entry, graph)
+            except OSError as exc:  # the session is fine; only the next open pays again
+                logger.warning("could not cache the optimized graph in %s (%s)", self.root, exc)
+                return session
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         logger.info("optimized %s for this CPU in %.1f s; cached in %s", graph.name, time.perf_counter() - start, entry)
         self._evict(keep=entry)
         return session
+
+    @staticmethod
+    def _store(staging: Path, entry: Path, graph: Path) -> None:
+        """Record the staged files and move them into place as ``entry`` (replacing a damaged one)."""
+        files = {}
+        for name in (MODEL_NAME, WEIGHTS_NAME):
+            path = staging / name
+            files[name] = {"sha256": verified_sha256(path), "size_bytes": path.stat().st_size}
+        write_json_atomically(staging / RECORD_NAME, {"graph": graph.name, "files": files})
+        shutil.rmtree(entry, ignore_errors=True)
+        os.replace(staging, entry)
+        for name in files:  # remember the files at their final paths (a rename keeps the identity)
+            verified_sha256(entry / name)
 
     def _evict(self, keep: Path) -> None:
         """Keep the :data:`MAX_ENTRIES` most recently used entries; drop staging a killed process left."""
