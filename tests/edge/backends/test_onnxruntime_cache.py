@@ -43,7 +43,7 @@ def test_a_miss_caches_the_optimized_graph_and_a_hit_decodes_the_same(cpu_graph,
     assert np.array_equal(decode(miss, frames), decode(hit, frames))
 
 
-@pytest.mark.parametrize("damage", ["weights", "record", "missing"])
+@pytest.mark.parametrize("damage", ["weights", "record", "missing", "unloadable"])
 def test_a_damaged_entry_is_rebuilt_not_run(cpu_graph, small_decoder, tmp_path, damage):
     path, sha256 = cpu_graph
     cache = OptimizedModelCache(tmp_path / "ort")
@@ -56,6 +56,11 @@ def test_a_damaged_entry_is_rebuilt_not_run(cpu_graph, small_decoder, tmp_path, 
         weights.write_bytes(bytes(data))
     elif damage == "record":
         (entry / "entry.json").write_text(json.dumps({"files": {"model.onnx": "x"}}))
+    elif damage == "unloadable":  # recorded as it is, but not a model: onnxruntime refuses it
+        (entry / "model.onnx").write_bytes(b"not a model")
+        record = json.loads((entry / "entry.json").read_text())
+        record["files"]["model.onnx"] = {"sha256": file_sha256(entry / "model.onnx"), "size_bytes": 11}
+        (entry / "entry.json").write_text(json.dumps(record))
     else:
         (entry / "model.onnx").unlink()
     graph = OnnxStepGraph(path, cache=cache, sha256=sha256)
