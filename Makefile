@@ -3,7 +3,7 @@ PY := .venv/bin/python
 # Test modules that run in the serving venv (marked `vllm`; the rest of the suite needs .venv's packages).
 VLLM_TESTS := tests/entrypoints tests/model_executor/models/qwen3_tts/test_talker.py tests/examples
 
-.PHONY: setup setup-oracle setup-rknn setup-vllm demo test test-vllm lint bench bench-talker bench-serve bench-rknn clean
+.PHONY: setup setup-oracle setup-rknn setup-vllm demo test test-vllm lint bench bench-stateful bench-talker bench-serve bench-rknn clean
 
 setup:
 	@tools/setup_venv.sh .venv requirements/dev.txt --editable
@@ -46,6 +46,10 @@ bench: setup
 	$(PY) benchmarks/bench_windowed.py --out out/bench
 	$(PY) benchmarks/bench_codec_stream.py --out out/bench
 	$(PY) benchmarks/bench_client.py --out out/bench
+
+# The exact CPU decode against this machine's roofline, first audio, memory and disk (released geometry; plots).
+bench-stateful: setup
+	$(PY) benchmarks/bench_stateful.py --out out/bench
 
 # Talker frames/s at 1, 4 and 8 concurrent requests vs the official talker (tiny and released 0.6B, random weights).
 bench-talker: setup-oracle setup-vllm
