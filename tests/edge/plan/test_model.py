@@ -63,6 +63,16 @@ def test_the_cpu_plan_validates_and_names_its_steps(cpu_plan):
     assert len(plan.model["checkpoint_sha256"]) == 64 and plan.model["geometry"]["num_quantizers"] == 16
 
 
+def test_a_plan_of_one_file_per_role_writes_no_method_and_keeps_its_id(cpu_plan):
+    payload = json.loads((cpu_plan / PLAN_NAME).read_text())
+    assert all("method" not in row for row in payload["artifacts"].values())
+    assert (
+        ExecPlan.load(cpu_plan).plan_id
+        == payload["plan_id"]
+        == _plan_digest({k: v for k, v in payload.items() if k != "plan_id"})
+    )
+
+
 def test_decoding_through_the_cpu_plan_equals_the_full_decode(cpu_plan, small_decoder):
     frames = random_codes(23, 16, 2048, seed=5)[0].T.numpy().copy()
     decoder = open_decoder(cpu_plan)

@@ -3,7 +3,9 @@
 - stateful plans: roles ``main`` and optionally ``first``; each step contract agrees with the plan's
   codec geometry and its own shapes; steps that share a cache share its layout;
 - windowed plans: exactly the programs of the ramp's schedule, each with its window contract;
-- every artifact (and recorded ONNX source) present in the plan directory with its size and sha256.
+- every artifact (and recorded ONNX source) present in the plan directory with its size and sha256;
+  roles that name one file (methods of one multi-method program) agree on its size and sha256, and
+  name distinct methods; each distinct file is hashed once.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ if TYPE_CHECKING:
 
 
 def check_contracts(plan: ExecPlan, source: str = "plan") -> None:
-    """Contracts against the geometry and each other; windows against the ramp and context."""
+    """Contracts against the geometry and each other; windows against the ramp and context; shared files."""
+    check_shared_files(plan, source)
     if plan.graph_kind == "stateful":
         _check_steps(plan, source)
     else:
@@ -97,14 +100,41 @@ def check_artifacts(plan: ExecPlan, source: str = "plan", check_sha256: bool = T
     """Every artifact (and recorded source graph) present with the plan's size and sha256."""
     if plan.directory is None:
         raise ExecPlanError(f"{source}: the plan was not read from a directory; nothing to check files against")
+    check_shared_files(plan, source)
+    checked: set[str] = set()
     for role, artifact in plan.artifacts.items():
-        _check_file(
-            plan, source, f"artifacts.{role}", artifact.file, artifact.size_bytes, artifact.sha256, check_sha256
-        )
+        if artifact.file not in checked:  # a file shared by several roles is read once
+            _check_file(
+                plan, source, f"artifacts.{role}", artifact.file, artifact.size_bytes, artifact.sha256, check_sha256
+            )
+            checked.add(artifact.file)
         if artifact.source is not None:
             row = artifact.source
             _check_file(
                 plan, source, f"artifacts.{role}.source", row["file"], row["size_bytes"], row["sha256"], check_sha256
+            )
+
+
+def check_shared_files(plan: ExecPlan, source: str = "plan") -> None:
+    """Roles naming one file agree on its size and sha256, and each names a method of its own."""
+    first_role: dict[str, str] = {}
+    methods: dict[tuple[str, str | None], str] = {}
+    for role, artifact in plan.artifacts.items():
+        other = first_role.setdefault(artifact.file, role)
+        if other != role:
+            want = plan.artifacts[other]
+            if (artifact.sha256, artifact.size_bytes) != (want.sha256, want.size_bytes):
+                raise ExecPlanError(
+                    f"{source}: artifacts.{role}: names {artifact.file} like artifacts.{other}, but with sha256 "
+                    f"{artifact.sha256[:16]}... and {artifact.size_bytes} bytes against {want.sha256[:16]}... and "
+                    f"{want.size_bytes} bytes; one file has one size and hash: rebuild the plan"
+                )
+        key = (artifact.file, artifact.method)
+        if methods.setdefault(key, role) != role:
+            raise ExecPlanError(
+                f"{source}: artifacts.{role} and artifacts.{methods[key]} both name method "
+                f"{artifact.method or '(the only one)'} of {artifact.file}; each role of a shared file needs a "
+                "method of its own: rebuild the plan"
             )
 
 
