@@ -9,10 +9,12 @@ build --hardware npu_phone [--graph stateful]`` (each program verified in the Ex
 during the build); pass their directories, or let this script build them under ``--out``.
 
 Per plan and stream length, in its own process (thread pools of different runtimes fight on 2 cores):
-``open_decoder(plan)`` (open seconds), then the stream fed one frame at a time, as a talker emits
-them: real-time factor (decode seconds / audio seconds), first audio (decode seconds until the
-first PCM comes back, the open excluded), peak RSS, and the SNR of the whole stream against the
-eager full decode (its own process). Program size is the plan's distinct files.
+``ExecPlan.load`` + ``open_decoder(plan)`` (open seconds: sha256 of every file, program load,
+methods; the Python import of torch + executorch is reported apart), then the stream fed one
+frame at a time, as a talker emits them: real-time factor (decode seconds / audio seconds),
+first audio (decode seconds until the first PCM comes back, the open excluded), peak RSS, and the
+SNR (dB) of the whole stream against the eager full decode (its own process). Program size is the
+plan's distinct files.
 
 Writes ``phone.json`` and prints a table.
 """
@@ -37,6 +39,12 @@ def worker_plan(args) -> dict:
     from vllm_omni.edge.runtime.open import open_decoder
 
     codes = np.load(args.codes)
+    start = time.perf_counter()
+    from vllm_omni.edge.backends.executorch import quiet_executorch_import
+
+    with quiet_executorch_import():
+        import executorch.runtime  # noqa: F401  (torch + the runtime: a Python cost, not the device's)
+    import_seconds = time.perf_counter() - start
     start = time.perf_counter()
     plan = ExecPlan.load(args.plan)
     decoder = open_decoder(plan)
@@ -66,6 +74,7 @@ def worker_plan(args) -> dict:
         ),
         "frames": len(codes),
         "audio_seconds": audio_seconds,
+        "import_seconds": import_seconds,
         "open_seconds": open_seconds,
         "seconds": seconds,
         "rtf": seconds / audio_seconds,
@@ -144,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 __file__,
                 ["--worker", "plan", "--plan", str(plan), "--codes", str(codes_path), "--audio-out", str(audio_out)],
             )
-            row["snr_db_vs_full"] = snr_db(reference, np.load(audio_out))
+            row["snr_db_vs_full"] = round(snr_db(reference, np.load(audio_out)), 1)
             row["program_vs_weights"] = row["program_bytes"] / weights_bytes
             rows.append(row)
     result = {"geometry": args.geometry, "weights": "random", "weights_bytes": weights_bytes, "rows": rows}
@@ -157,7 +166,7 @@ def table(result: dict) -> str:
     lines = [
         f"npu_phone, {result['geometry']} geometry, RANDOM WEIGHTS; weights {result['weights_bytes'] / 1e6:.1f} MB",
         "",
-        "| graph | schedule | stream s | RTF | first audio s | open s | peak RSS MB | program MB (x wts) | SNR dB |",
+        "| graph | plan | frames (audio s) | RTF | first audio s | open s | peak RSS MB | MB (x weights) | SNR dB |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
@@ -168,9 +177,10 @@ def table(result: dict) -> str:
         )
         first = row.get("first_audio_seconds")
         lines.append(
-            f"| {row['graph_kind']} | {row.get('schedule', '-')} | {row['audio_seconds']:.1f} | {row['rtf']:.2f} | "
+            f"| {row['graph_kind']} | {row.get('schedule', '-')} | {row['frames']} ({row['audio_seconds']:.2f}) | "
+            f"{row['rtf']:.2f} | "
             f"{'-' if first is None else f'{first:.3f}'} | {row.get('open_seconds', 0):.1f} | "
-            f"{row['peak_rss_mb']:.0f} | {program} | {row.get('snr_db_vs_full', float('nan')):.1f} |"
+            f"{row['peak_rss_mb']:.0f} | {program} | {row.get('snr_db_vs_full', '-')} |"
         )
     return "\n".join(lines)
 
