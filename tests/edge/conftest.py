@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -29,8 +28,9 @@ def export_programs():
 
 @pytest.fixture(scope="session")
 def edge_args() -> dict[str, tuple[str, ...]]:
-    """The sizes the session's artifacts use: ``pt2``, ``pte`` (export args), ``step``, ``phone`` (build args)."""
-    return {"pt2": PT2_ARGS, "pte": PTE_ARGS, "step": STEP_ARGS, "phone": PHONE_ARGS}
+    """The sizes the session's artifacts use: ``pt2``, ``pte`` (export args), ``step``, ``phone``, ``phone_step``
+    (build args)."""
+    return {"pt2": PT2_ARGS, "pte": PTE_ARGS, "step": STEP_ARGS, "phone": PHONE_ARGS, "phone_step": PHONE_STEP_ARGS}
 
 
 @pytest.fixture(scope="session")
@@ -64,12 +64,21 @@ def cpu_plan(small_checkpoint, tmp_path_factory) -> Path:
     return _build_plan(small_checkpoint, tmp_path_factory.mktemp("plans") / "cpu_x86_64", "cpu_x86_64", *STEP_ARGS)
 
 
-# npu_phone over the same windows as the session's .pte programs (PTE_ARGS): 0+2 and 2+2.
+# npu_phone over the same windows as the session's .pte programs (PTE_ARGS): 0+2 and 2+2, here as two
+# methods of one windows.pte (the weights once; about a minute of lowering on 2 cores).
 PHONE_ARGS = ("--ramp", "2", "--context", "2")
 
 
 @pytest.fixture(scope="session")
-def phone_plan(small_checkpoint, pte_programs, tmp_path_factory) -> Path:
-    """npu_phone built over a copy of the exported programs: the build keeps them (resume) and writes the plan."""
-    out = Path(shutil.copytree(pte_programs, tmp_path_factory.mktemp("plans") / "npu_phone"))
-    return _build_plan(small_checkpoint, out, "npu_phone", *PHONE_ARGS)
+def phone_plan(small_checkpoint, tmp_path_factory) -> Path:
+    return _build_plan(small_checkpoint, tmp_path_factory.mktemp("plans") / "npu_phone", "npu_phone", *PHONE_ARGS)
+
+
+# npu_phone --graph stateful: first step B=2 and main step B=4 as two methods of one steps.pte.
+PHONE_STEP_ARGS = ("--graph", "stateful", *STEP_ARGS)
+
+
+@pytest.fixture(scope="session")
+def phone_steps_plan(small_checkpoint, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("plans") / "npu_phone_stateful"
+    return _build_plan(small_checkpoint, out, "npu_phone", *PHONE_STEP_ARGS)

@@ -60,6 +60,16 @@ def test_the_cpu_plan_validates_and_names_its_steps(cpu_plan):
     assert len(plan.model["checkpoint_sha256"]) == 64 and plan.model["geometry"]["num_quantizers"] == 16
 
 
+def test_a_plan_of_one_file_per_role_writes_no_method_and_keeps_its_id(cpu_plan):
+    payload = json.loads((cpu_plan / PLAN_NAME).read_text())
+    assert all("method" not in row for row in payload["artifacts"].values())
+    assert (
+        ExecPlan.load(cpu_plan).plan_id
+        == payload["plan_id"]
+        == _plan_digest({k: v for k, v in payload.items() if k != "plan_id"})
+    )
+
+
 def test_decoding_through_the_cpu_plan_equals_the_full_decode(cpu_plan, small_decoder):
     frames = random_codes(23, 16, 2048, seed=5)[0].T.numpy().copy()
     decoder = open_decoder(cpu_plan)
@@ -91,7 +101,7 @@ def test_a_missing_or_truncated_file_fails_naming_it(plan_copy):
 
 def test_roles_sharing_a_file_must_agree_on_it(plan_copy):
     edit_plan(plan_copy, lambda p: p["artifacts"]["first"].update(sha256="0" * 64))
-    assert f"artifacts.first and artifacts.main name the same file {GRAPH}" in load_error(plan_copy)
+    assert f"artifacts.first: names {GRAPH} like artifacts.main, but with sha256" in load_error(plan_copy)
 
 
 def test_an_unknown_schema_version_or_schema_is_refused(plan_copy):

@@ -1,4 +1,4 @@
-"""``.pte`` files: the exported window lowered to ExecuTorch, with a delegate partitioner.
+"""``.pte`` files: exported windows or stateful steps lowered to ExecuTorch, with a delegate partitioner.
 
 ``xnnpack`` (CPU, every phone) ships with the ``executorch`` package. ``coreml`` (Apple Neural
 Engine) needs coremltools with Apple's CoreML framework (macOS); where that is missing this says
@@ -6,17 +6,26 @@ so and stops: it never falls back to another partitioner. Qualcomm's QNN is not 
 a compile spec per SoC, which this tool does not have yet, so it is not listed as a partitioner.
 The window's metadata is baked in as constant methods (``sample_rate()``, ``samples_per_frame()``,
 ``chunk_frames()``, ...), so a ``.pte`` describes itself without the manifest.
+
+One program may hold several methods (:meth:`ExecuTorchProgramWriter.write_methods`): a window per
+method, or a stateful step per step size. They are lowered together, and XNNPACK keeps each weight
+once in the program's named data (keyed by content), so the methods share one copy of the weights
+(measured: a two-step program is 1.02x the size of one step). Each method's metadata is then a
+constant method named ``{method}__{key}``: the window fields above, or for a step
+``{method}__step_contract()``, the step contract as JSON (:mod:`..graphs.step_contract`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import logging
 import os
 import re
 import sys
 import tempfile
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +33,11 @@ from typing import Any
 import numpy as np
 
 from ..files import write_atomically
+from ..graphs.step_contract import StepContract, StepContractError
 from ..graphs.window_contract import WindowContract
-from .registry import BackendUnavailableError
+from ..plan.model import ExecPlan
+from ..plan.schema import ExecPlanError
+from .registry import BackendUnavailableError, RunnerOptions
 from .window_programs import WindowProgramBackend, check_program_metadata
 
 PARTITIONERS = ("xnnpack", "coreml", "none")
@@ -36,6 +48,14 @@ NOISY_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
 # The runtime's threadpool (cpuinfo) prints C-level lines such as "Failed to open midr file ..." on
 # hosts whose /sys lacks what it probes; they say nothing about the program and are held back.
 CPUINFO_NOISE = re.compile(r"cpuinfo|midr")
+SINGLE_METHOD = "forward"
+METADATA_SEPARATOR = "__"
+STEP_CONTRACT_KEY = "step_contract"
+
+
+def metadata_method(method: str, key: str) -> str:
+    """The constant method holding ``key`` of ``method``: bare for a single-method program's ``forward``."""
+    return key if method == SINGLE_METHOD else f"{method}{METADATA_SEPARATOR}{key}"
 
 
 @contextlib.contextmanager
@@ -125,12 +145,37 @@ class ExecuTorchProgramWriter:
         self._partitioner = _PARTITIONER_FACTORIES[partitioner]()  # fails now, before any export work
 
     def write_program(self, exported: Any, metadata: dict[str, int], path: Path) -> dict[str, int]:
+        """One program, ``forward``, with its metadata as bare constant methods."""
+        return self.write_methods({SINGLE_METHOD: (exported, metadata)}, path)[SINGLE_METHOD]
+
+    def write_methods(self, methods: dict[str, tuple[Any, dict[str, Any]]], path: Path) -> dict[str, dict[str, int]]:
+        """Lower ``{method: (ExportedProgram, metadata)}`` together into one program at ``path``.
+
+        The methods share the weights (stored once); each method's ``metadata`` becomes constant
+        methods ``{method}__{key}`` (bare keys for a lone ``forward``). Returns op counts per method.
+        """
         from executorch.devtools.backend_debug import get_delegation_info
         from executorch.exir import to_edge_transform_and_lower
 
         partitioners = [self._partitioner] if self._partitioner is not None else []
-        edge = to_edge_transform_and_lower(exported, partitioner=partitioners, constant_methods=dict(metadata))
-        info = get_delegation_info(edge.exported_program().graph_module)
+        constants = {
+            metadata_method(method, key): value
+            for method, (_, metadata) in methods.items()
+            for key, value in metadata.items()
+        }
+        clashes = set(constants) & set(methods)
+        if clashes:
+            raise BackendUnavailableError(f"method names {sorted(clashes)} clash with metadata methods; rename them")
+        exported = {method: program for method, (program, _) in methods.items()}
+        edge = to_edge_transform_and_lower(exported, partitioner=partitioners, constant_methods=constants)
+        ops = {}
+        for method in methods:
+            info = get_delegation_info(edge.exported_program(method).graph_module)
+            ops[method] = {
+                "delegated": int(info.num_delegated_nodes),
+                "portable": int(info.num_non_delegated_nodes),
+                "delegate_subgraphs": int(info.num_delegated_subgraphs),
+            }
         program = edge.to_executorch()
 
         def write(temporary: Path) -> None:
@@ -138,37 +183,68 @@ class ExecuTorchProgramWriter:
                 program.write_to_file(handle)
 
         write_atomically(path, write)
-        return {
-            "delegated": int(info.num_delegated_nodes),
-            "portable": int(info.num_non_delegated_nodes),
-            "delegate_subgraphs": int(info.num_delegated_subgraphs),
-        }
+        return ops
 
 
-def load_pte(path: str | os.PathLike[str]) -> tuple[Any, dict[str, int]]:
-    """``(forward method, metadata)`` of a ``.pte`` in the ExecuTorch runtime (XNNPACK registered)."""
+def load_program(path: str | os.PathLike[str]) -> Any:
+    """A ``.pte`` loaded in the ExecuTorch runtime (XNNPACK registered); methods load on demand."""
     with quiet_executorch_import(), native_stderr_without(CPUINFO_NOISE):
         from executorch.runtime import Runtime
 
-        program = Runtime.get().load_program(Path(path))
-        metadata = {
-            name: int(program.load_method(name).execute([])[0])
-            for name in sorted(program.method_names)
-            if name != "forward"
-        }
-        return program.load_method("forward"), metadata
+        try:
+            return Runtime.get().load_program(Path(path))
+        except (RuntimeError, ValueError) as exc:
+            raise ExecPlanError(f"the ExecuTorch runtime cannot load {path} ({exc}); copy it again or rebuild") from exc
+
+
+def program_metadata(program: Any, method: str) -> dict[str, Any]:
+    """The constant methods describing ``method`` of a loaded program, by key.
+
+    ``forward`` of a single-method program: every other method without ``__`` in its name;
+    any other method ``m``: the methods ``m__key``.
+    """
+    if method == SINGLE_METHOD:
+        names = {name: name for name in program.method_names if name != method and METADATA_SEPARATOR not in name}
+    else:
+        prefix = f"{method}{METADATA_SEPARATOR}"
+        names = {name.removeprefix(prefix): name for name in program.method_names if name.startswith(prefix)}
+    metadata = {}
+    with native_stderr_without(CPUINFO_NOISE):
+        for key, name in sorted(names.items()):
+            (metadata[key],) = program.load_method(name).execute([])
+    return metadata
+
+
+def load_pte(
+    path: str | os.PathLike[str], method: str = SINGLE_METHOD, program: Any | None = None
+) -> tuple[Any, dict[str, int]]:
+    """``(method, its integer metadata)`` of a ``.pte`` (or of ``program``, already loaded from it)."""
+    program = program if program is not None else load_program(path)
+    if method not in program.method_names:
+        raise ExecPlanError(
+            f"{path} has no method {method!r} (it has {sorted(program.method_names)[:8]}); the plan was written for "
+            "another program: rebuild it"
+        )
+    metadata = {
+        key: int(value) for key, value in program_metadata(program, method).items() if not isinstance(value, str)
+    }
+    with native_stderr_without(CPUINFO_NOISE):
+        return program.load_method(method), metadata
 
 
 class ExecuTorchWindowRunner:
     """A ``.pte`` window in the ExecuTorch runtime. Inputs and outputs cross as torch tensors (its API)."""
 
-    def __init__(self, path: str | os.PathLike[str], contract: WindowContract):
+    def __init__(
+        self, path: str | os.PathLike[str], contract: WindowContract, method: str = SINGLE_METHOD, program: Any = None
+    ):
         import torch
 
         self._torch = torch
         self.window = contract.window
         self.path = Path(path)
-        self._method, metadata = load_pte(self.path)
+        self._method, metadata = load_pte(self.path, method, program)
+        self._program = program  # a shared program stays loaded while its runners live
         check_program_metadata(contract, metadata, self.path)
 
     def run(self, codes: np.ndarray) -> np.ndarray:
@@ -176,5 +252,112 @@ class ExecuTorchWindowRunner:
         return audio.numpy().ravel()
 
 
-# Windowed programs as ExecuTorch ``.pte`` files, lowered with a delegate partitioner.
-BACKEND = WindowProgramBackend("executorch", "xnnpack", ExecuTorchProgramWriter, ExecuTorchWindowRunner)
+def step_contract_of(program: Any, method: str, source: str) -> StepContract:
+    """The step contract ``method`` of a loaded program carries (its ``{method}__step_contract()``)."""
+    name = metadata_method(method, STEP_CONTRACT_KEY)
+    if method not in program.method_names or name not in program.method_names:
+        raise StepContractError(
+            f"{source}: no stateful step method {method!r} with its {name}() contract (methods: "
+            f"{sorted(program.method_names)[:8]}); it is not a step program exported by vllm_omni.edge: rebuild it"
+        )
+    with native_stderr_without(CPUINFO_NOISE):
+        (text,) = program.load_method(name).execute([])
+    try:
+        row = json.loads(text)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise StepContractError(f"{source}: {name}() is not JSON ({str(exc)[:80]}); rebuild the program") from exc
+    return StepContract.from_json(row, source=f"{source}:{method}")
+
+
+class ExecuTorchStepRunner:
+    """One stateful step method of a ``.pte`` in the ExecuTorch runtime; its contract comes from the program.
+
+    Arrays cross as torch tensors (the runtime's Python API). The runtime copies outputs out of its
+    planned memory on every call (methods of one program share those arenas), so the cache a step
+    returns is the caller's.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], method: str, program: Any | None = None):
+        import torch
+
+        self._torch = torch
+        self.path = Path(path)
+        self.method_name = method
+        program = program if program is not None else load_program(self.path)
+        self.contract = step_contract_of(program, method, str(self.path))
+        with native_stderr_without(CPUINFO_NOISE):
+            self._method = program.load_method(method)
+        self._program = program  # keeps the program (and its data) alive while the method runs
+
+    def run(
+        self, codes: np.ndarray, freqs: np.ndarray, cache_valid: np.ndarray, cache: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        inputs = [
+            self._torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64)),
+            self._torch.from_numpy(np.ascontiguousarray(freqs, dtype=np.float32)),
+            self._torch.from_numpy(np.ascontiguousarray(cache_valid, dtype=np.float32)),
+            self._torch.from_numpy(np.ascontiguousarray(cache, dtype=np.float32)),
+        ]
+        audio, cache_out = self._method.execute(inputs)
+        return audio.numpy(), cache_out.numpy()
+
+
+class ExecuTorchBackend(WindowProgramBackend):
+    """Windowed programs and stateful step programs in the ExecuTorch runtime.
+
+    A windowed role runs the method its plan row names (``forward`` when none); a stateful role
+    runs its step method, whose own contract must equal the plan's. Roles naming one file share
+    one loaded program (one copy of the weights in memory).
+    """
+
+    graph_kinds = ("windowed", "stateful")
+
+    def open_window_runner(self, path: Path, contract: WindowContract, method: str | None = None) -> Any:
+        if method is None:
+            return ExecuTorchWindowRunner(path, contract)
+        return ExecuTorchWindowRunner(path, contract, method, program=shared_program(Path(path)))
+
+    def open_runner(self, plan: ExecPlan, role: str, options: RunnerOptions) -> Any:
+        artifact = plan.artifacts[role]
+        method = artifact.method or SINGLE_METHOD
+        if plan.graph_kind == "windowed":
+            window = {window.name: window for window in plan.schedule}[role]
+            contract = WindowContract(window, plan.codec)
+            return ExecuTorchWindowRunner(plan.path(role), contract, method, program=_shared_program(plan, role))
+        runner = ExecuTorchStepRunner(plan.path(role), method, program=_shared_program(plan, role))
+        expected = plan.step_contract(role)
+        if runner.contract != expected:
+            raise ExecPlanError(
+                f"artifacts.{role}: method {method} of {artifact.file} describes itself differently from the plan's "
+                f"contract (B {runner.contract.step_frames} vs {expected.step_frames}, N {runner.contract.cache_numel} "
+                f"vs {expected.cache_numel}); the plan was written for another program: rebuild it"
+            )
+        return runner
+
+
+# Programs loaded while some runner still holds them, by (file, identity): the methods of one file share one.
+_LOADED_PROGRAMS: weakref.WeakValueDictionary[tuple[str, str], Any] = weakref.WeakValueDictionary()
+
+
+def shared_program(path: Path, identity: str | None = None) -> Any:
+    """The program at ``path``, loaded once for every runner (method) that opens it while one is alive.
+
+    ``identity`` tells versions of the file apart (a plan's sha256); by default its size and mtime.
+    """
+    if identity is None:
+        stat = path.stat()
+        identity = f"{stat.st_size}:{stat.st_mtime_ns}"
+    key = (str(path.resolve()), identity)
+    program = _LOADED_PROGRAMS.get(key)
+    if program is None:
+        program = load_program(path)
+        _LOADED_PROGRAMS[key] = program
+    return program
+
+
+def _shared_program(plan: ExecPlan, role: str) -> Any:
+    return shared_program(plan.path(role), plan.artifacts[role].sha256)
+
+
+# Windowed programs and stateful steps as ExecuTorch ``.pte`` files, lowered with a delegate partitioner.
+BACKEND = ExecuTorchBackend("executorch", "xnnpack", ExecuTorchProgramWriter, ExecuTorchWindowRunner)

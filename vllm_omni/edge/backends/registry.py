@@ -17,7 +17,10 @@ runner is depends on the backend's ``graph_kind``:
   outside a plan (a bare export's ``manifest.json``).
 - **stateful**: a :class:`StepRunner` (contract: :mod:`..graphs.step_contract`). Step graphs are
   exported to ONNX by :mod:`.onnx` and compiled further by the backend's own converter where it
-  has one (:mod:`.rknn`, in the converter venv), so their export is not a method here.
+  has one (:mod:`.rknn`, in the converter venv), or lowered to one multi-method ``.pte`` by
+  :mod:`.executorch`, so their export is not a method here.
+
+A backend that runs both kinds (executorch) says so in ``graph_kinds``; :func:`graph_kinds` reads it.
 """
 
 from __future__ import annotations
@@ -114,8 +117,9 @@ class WindowBackend(Backend, Protocol):
         """The writer for ``partitioner``; raises :class:`BackendUnavailableError` before any export work."""
         ...
 
-    def open_window_runner(self, path: Path, contract: WindowContract) -> WindowRunner:
-        """Load the program at ``path`` after checking that it describes itself as ``contract``."""
+    def open_window_runner(self, path: Path, contract: WindowContract, method: str | None = None) -> WindowRunner:
+        """Load the program at ``path`` (its ``method``, when the file holds several windows) after checking
+        that it describes itself as ``contract``."""
         ...
 
 
@@ -155,6 +159,11 @@ def get_backend(name: str) -> Backend:
     return value() if isinstance(value, type) else value
 
 
+def graph_kinds(backend: Backend) -> tuple[str, ...]:
+    """The graph kinds ``backend`` runs: its ``graph_kinds`` when it has several, else its ``graph_kind``."""
+    return tuple(getattr(backend, "graph_kinds", (backend.graph_kind,)))
+
+
 def program_writer(name: str, partitioner: str | None = None) -> ProgramWriter:
     """The program writer of windowed backend ``name`` with ``partitioner`` (its default when ``None``)."""
     known = windowed_backend_names()
@@ -166,4 +175,4 @@ def program_writer(name: str, partitioner: str | None = None) -> ProgramWriter:
 
 def windowed_backend_names() -> list[str]:
     """The backends that export windowed programs (``--backend`` of the windowed export)."""
-    return [name for name in backend_names() if get_backend(name).graph_kind == "windowed"]
+    return [name for name in backend_names() if "windowed" in graph_kinds(get_backend(name))]

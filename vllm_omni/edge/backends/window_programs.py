@@ -39,7 +39,12 @@ class WindowProgramBackend:
     def program_writer(self, partitioner: str) -> Any:
         return self.writer(partitioner)
 
-    def open_window_runner(self, path: Path, contract: WindowContract) -> Any:
+    def open_window_runner(self, path: Path, contract: WindowContract, method: str | None = None) -> Any:
+        """The program at ``path`` (``method`` of it, for backends whose files hold several windows)."""
+        if method is not None:
+            raise ManifestError(
+                f"{path}: the {self.name} backend holds one window per file; it has no method {method!r}"
+            )
         return self.runner(path, contract)
 
     def open_runner(self, plan: ExecPlan, role: str, options: RunnerOptions) -> Any:

@@ -7,6 +7,8 @@ rebuilt. The plan is written last, and only after it validates against the files
 
 - :func:`build_windowed`: ExecuTorch (or ``.pt2``) windowed programs via :mod:`.windowed`;
 - :func:`build_onnx_steps`: stateful ONNX step graphs, each checked in onnxruntime against the full decode;
+- :func:`~.executorch_steps.build_executorch_steps`: the stateful step as one multi-method ExecuTorch
+  program (``npu_phone --graph stateful``), checked in the ExecuTorch runtime;
 - :func:`~.rockchip.build_rknn`: the same ONNX steps, compiled to fp16 ``.rknn`` and checked in the
   rknn-toolkit2 simulator in the converter venv.
 """
@@ -17,7 +19,7 @@ from ..graphs.window_contract import check_ramp
 from ..hardware.registry import HardwareClass
 from ..plan.construct import StepArtifact, stateful_plan, windowed_plan
 from ..plan.model import ExecPlan
-from .request import BuildRequest, check_out_dir, class_default
+from .request import BuildArgumentError, BuildRequest, check_out_dir, class_default
 from .state import tool_versions
 from .steps import export_steps
 from .windowed import WindowedExportRequest, export_windowed_programs
@@ -35,6 +37,7 @@ def build_windowed(hardware_class: HardwareClass, request: BuildRequest) -> Exec
             dtype=hardware_class.dtype,
             check=request.check,
             force=request.force,
+            one_program=bool(class_default(None, hardware_class, "one_program")),
         ),
         progress=request.progress,
     )
@@ -79,10 +82,16 @@ def build(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
     The request's sizes and output directory are checked first (:class:`~.request.BuildArgumentError`,
     :class:`~vllm_omni.edge.graphs.window_contract.WindowConfigError`), before any work.
     """
+    graph_kind = request.graph or hardware_class.graph_kind
+    if graph_kind not in hardware_class.graph_kinds:
+        raise BuildArgumentError(
+            f"--graph {graph_kind}: {hardware_class.name} builds {' or '.join(hardware_class.graph_kinds)} graphs; "
+            "choose one of those (or another hardware class)"
+        )
     check_out_dir(request.out_dir, request.force)
-    if hardware_class.graph_kind == "windowed":
+    if graph_kind == "windowed":
         check_ramp(
             class_default(request.ramp, hardware_class, "ramp"),
             class_default(request.context_frames, hardware_class, "context_frames"),
         )
-    return hardware_class.load_builder()(hardware_class, request)
+    return hardware_class.load_builder(graph_kind)(hardware_class, request)

@@ -25,6 +25,7 @@ class BuildRequest:
     model: str
     out_dir: Path
     target: str | None = None
+    graph: str | None = None  # "windowed" | "stateful"; None: the class's default graph kind
     ramp: tuple[int, ...] | None = None
     context_frames: int | None = None
     partitioner: str | None = None

@@ -1,6 +1,8 @@
 """Export the windowed programs a stream needs, verify each one, and describe them in ``manifest.json``.
 
-One fixed-shape program per window of the schedule (:mod:`..graphs.window_contract`). Resumable: after
+One fixed-shape program per window of the schedule (:mod:`..graphs.window_contract`): a file each,
+or with ``one_program`` (executorch) one ``windows.pte`` holding a method per window, lowered
+together so the weights are stored once (what ``npu_phone`` ships). Resumable: after
 each program the work done so far is recorded in ``.export-state.json`` (:mod:`.state`); a re-run with the same
 inputs (checkpoint bytes, backend, partitioner, dtype, window) keeps every program whose file is
 still intact (same sha256) and only does the rest. Programs and the manifest are written through
@@ -56,6 +58,7 @@ class WindowedExportRequest:
     check: bool = True
     tolerance: float | None = None
     force: bool = False  # replace a manifest.json in out_dir that this tool did not write
+    one_program: bool = False  # one file with a method per window (the weights once) instead of a file each
 
 
 def check_against_eager(
@@ -65,7 +68,11 @@ def check_against_eager(
     (codes,) = wrapper.example_inputs(seed=1234)
     with torch.no_grad():
         reference = wrapper(codes).numpy().ravel()
-    runner = get_backend(manifest.backend).open_window_runner(path, manifest.contract(entry))
+    backend = get_backend(manifest.backend)
+    if entry.method is None:
+        runner = backend.open_window_runner(path, manifest.contract(entry))
+    else:
+        runner = backend.open_window_runner(path, manifest.contract(entry), entry.method)
     started = time.perf_counter()
     produced = runner.run(codes.numpy())
     seconds = time.perf_counter() - started
@@ -101,6 +108,11 @@ def export_windowed_programs(
     ramp = check_ramp(request.ramp, request.context_frames)
     schedule = window_schedule(ramp, request.context_frames)
     backend = program_writer(request.backend, request.partitioner)
+    if request.one_program and not hasattr(backend, "write_methods"):
+        raise EdgeExportError(
+            f"--one-program: the {backend.name} backend writes one window per file; one program holding every "
+            "window needs --backend executorch"
+        )
     if request.dtype not in DTYPES:
         raise EdgeExportError(f"unknown dtype {request.dtype!r}; known: {', '.join(DTYPES)}")
     tolerance = request.tolerance if request.tolerance is not None else DEFAULT_TOLERANCE[request.dtype]
@@ -136,6 +148,12 @@ def export_windowed_programs(
         tools=tool_versions("torch", "executorch"),
         directory=out_dir,
     )
+    if request.one_program:
+        entries = _one_program(decoder, schedule, backend, skeleton, state, request.check, tolerance, progress)
+        manifest = dataclasses.replace(skeleton, programs=tuple(entries))
+        path = manifest.write(out_dir)
+        progress(f"wrote {path} ({len(entries)} windows in {entries[0].path})")
+        return manifest
     entries = []
     for index, window in enumerate(schedule, start=1):
         label = (
@@ -168,6 +186,103 @@ def export_windowed_programs(
     path = manifest.write(out_dir)
     progress(f"wrote {path} ({len(entries)} programs)")
     return manifest
+
+
+ONE_PROGRAM_STEM = "windows"
+
+
+def _one_program(
+    decoder: Qwen3TTSTokenizerV2Decoder,
+    schedule: tuple[Window, ...],
+    backend: ProgramWriter,
+    skeleton: WindowedManifest,
+    state: BuildState,
+    check: bool,
+    tolerance: float,
+    progress: Callable[[str], None],
+) -> list[ProgramEntry]:
+    """Every window as a method of one program (kept when intact), each method checked against eager."""
+    out_dir = skeleton.directory
+    path = out_dir / f"{ONE_PROGRAM_STEM}{backend.suffix}"
+    label = f"{len(schedule)} windows ({', '.join(w.name for w in schedule)})"
+    wrappers = {window.name: WindowedCode2Wav(decoder, window).eval() for window in schedule}
+    record = state.intact(path.name, lambda row: out_dir / row["path"])
+    entries = [_entry_of(row) for row in record.get("windows", [])] if record is not None else []
+    if record is not None and [e.name if e else None for e in entries] == [w.name for w in schedule]:
+        progress(f"{label}: kept {path.name} ({path.stat().st_size / 1e6:.1f} MB, intact)")
+    else:
+        entries = _export_methods(wrappers, schedule, backend, path, progress, label)
+    checked = []
+    for entry in entries:
+        if check:  # kept programs too: verification, not hope
+            try:
+                result = check_against_eager(wrappers[entry.name], path, entry, skeleton, tolerance)
+            except EdgeExportError:
+                path.unlink(missing_ok=True)
+                _drop_manifest_naming(out_dir, entry.path)
+                raise
+            entry = dataclasses.replace(entry, check=result)
+            progress(
+                f"{entry.name}: method of {path.name} checked in {backend.name}: max|diff| "
+                f"{result['max_abs_diff']:.2e}, SNR {result['snr_db']:.1f} dB vs eager"
+            )
+        checked.append(entry)
+    state.record(
+        path.name,
+        {
+            "path": path.name,
+            "size_bytes": checked[0].size_bytes,
+            "sha256": checked[0].sha256,
+            "windows": [entry.to_json() for entry in checked],
+        },
+    )
+    return checked
+
+
+def _export_methods(
+    wrappers: dict[str, WindowedCode2Wav],
+    schedule: tuple[Window, ...],
+    backend: ProgramWriter,
+    path: Path,
+    progress: Callable[[str], None],
+    label: str,
+) -> list[ProgramEntry]:
+    started = time.perf_counter()
+    methods = {}
+    try:
+        with torch.no_grad(), quiet_torch_export():
+            for window in schedule:
+                wrapper = wrappers[window.name]
+                exported = torch.export.export(wrapper, wrapper.example_inputs())
+                methods[window.name] = (exported, wrapper.contract.metadata())
+            export_seconds = time.perf_counter() - started
+            progress(f"{label}: exported in {export_seconds:.1f} s; lowering them together into {path.name}")
+            ops = backend.write_methods(methods, path)
+    except EdgeExportError:
+        raise
+    except Exception as exc:  # the toolchains raise many types; name the stage
+        raise EdgeExportError(
+            f"{label}: {backend.name} export into one program failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    seconds = time.perf_counter() - started
+    size, sha256 = path.stat().st_size, file_sha256(path)
+    progress(f"{label}: wrote {path.name} ({size / 1e6:.1f} MB) in {seconds:.1f} s (export {export_seconds:.1f} s)")
+    return [
+        ProgramEntry(
+            name=window.name,
+            context_frames=window.context_frames,
+            chunk_frames=window.chunk_frames,
+            path=path.name,
+            size_bytes=size,
+            sha256=sha256,
+            inputs=(TensorSpec(INPUT_NAME, wrappers[window.name].contract.input_shape(), "int64"),),
+            outputs=(TensorSpec(OUTPUT_NAME, wrappers[window.name].contract.output_shape(), "float32"),),
+            export_seconds=round(seconds, 2),
+            ops=ops[window.name],
+            method=window.name,
+        )
+        for window in schedule
+    ]
 
 
 def _drop_manifest_naming(out_dir: Path, program: str) -> None:

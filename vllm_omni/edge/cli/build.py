@@ -24,9 +24,14 @@ class BuildSubcommand(CLISubcommand):
         build.add_argument("--model", required=True, help="checkpoint dir or hub id")
         build.add_argument("--out", required=True, type=Path, help="plan directory (artifacts + exec_plan.json)")
         build.add_argument("--target", help="SoC, for classes that compile per SoC (rockchip_npu: rk3588, ...)")
+        build.add_argument(
+            "--graph",
+            choices=("windowed", "stateful"),
+            help="graph kind, for classes that build both (npu_phone: windowed by default, or the exact stateful step)",
+        )
         build.add_argument("--ramp", type=int, nargs="+", help="windowed classes: chunk sizes in frames")
         build.add_argument("--context", type=int, help="windowed classes: frames of history before each chunk")
-        build.add_argument("--partitioner", help="windowed classes: ExecuTorch partitioner (xnnpack, coreml, none)")
+        build.add_argument("--partitioner", help="ExecuTorch classes: delegate partitioner (xnnpack, coreml, none)")
         build.add_argument("--step-frames", type=int, help="stateful classes: frames per main step (B)")
         build.add_argument("--first-step-frames", type=int, help="stateful classes: frames of the first step (0: none)")
         build.add_argument(
@@ -52,6 +57,7 @@ class BuildSubcommand(CLISubcommand):
             model=args.model,
             out_dir=args.out,
             target=args.target,
+            graph=args.graph,
             ramp=tuple(args.ramp) if args.ramp else None,
             context_frames=args.context,
             partitioner=args.partitioner,

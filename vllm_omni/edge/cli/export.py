@@ -34,6 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--dtype", default="fp32", help="weights and activations (fp32)")
     parser.add_argument("--out-dir", required=True, type=Path, help="where the programs and manifest.json go")
+    parser.add_argument(
+        "--one-program",
+        action="store_true",
+        help="executorch: one .pte with a method per window, the weights stored once (default: a file per window)",
+    )
     parser.add_argument("--no-check", action="store_true", help="skip running each program against eager")
     parser.add_argument("--tolerance", type=float, default=None, help="max abs difference allowed vs eager")
     parser.add_argument("--force", action="store_true", help="replace a manifest.json in --out-dir not written here")
@@ -56,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         partitioner=args.partitioner,
         dtype=args.dtype,
         check=not args.no_check,
+        one_program=args.one_program,
         tolerance=args.tolerance,
         force=args.force,
     )

@@ -27,6 +27,10 @@ class HardwareSubcommand(CLISubcommand):
                 print(f"{kind}  {record.description}")
                 if record.targets:
                     print(f"{'':<14} targets: {', '.join(record.targets)}")
+                for graph_kind in record.graph_kinds if len(record.graph_kinds) > 1 else ():
+                    default = " (default)" if graph_kind == record.graph_kind else f" (--graph {graph_kind})"
+                    note = record.graph_notes.get(graph_kind, "")
+                    print(f"{'':<14} {graph_kind}{default}: {note}")
                 if record.variants:
                     variants = ", ".join(f"{name} ({needs})" for name, needs in record.variants.items())
                     print(f"{'':<14} partitioners: {variants}")

@@ -47,28 +47,61 @@ class HardwareClass:
     targets: tuple[str, ...] = ()
     default_target: str | None = None
     variants: dict[str, str] = field(default_factory=dict)  # e.g. partitioner -> what it needs
+    # Other graph kinds the class builds on request (``build --graph KIND``): kind -> builder. The
+    # backend must run that kind too; ``graph_kind`` stays the class's default and published contract.
+    other_graphs: dict[str, str] = field(default_factory=dict)
+    # Measured quality and cost per graph kind (what `hardware list` shows a user choosing one).
+    graph_notes: dict[str, str] = field(default_factory=dict)
 
-    def load_builder(self) -> Callable[..., Any]:
-        module_name, _, function = self.builder.partition(":")
+    @property
+    def graph_kinds(self) -> tuple[str, ...]:
+        """Every graph kind this class builds, its default first."""
+        return (self.graph_kind, *(kind for kind in self.other_graphs if kind != self.graph_kind))
+
+    def load_builder(self, graph_kind: str | None = None) -> Callable[..., Any]:
+        """The builder of ``graph_kind`` (the class's default kind when ``None``)."""
+        kind = graph_kind or self.graph_kind
+        if kind not in self.graph_kinds:
+            raise EdgeError(f"hardware class {self.name!r} builds {' or '.join(self.graph_kinds)} graphs, not {kind!r}")
+        builder = self.builder if kind == self.graph_kind else self.other_graphs[kind]
+        module_name, _, function = builder.partition(":")
         try:
             return getattr(importlib.import_module(module_name), function)
         except (ImportError, AttributeError) as exc:
-            raise EdgeError(f"hardware class {self.name!r}: cannot load its builder {self.builder!r} ({exc})") from exc
+            raise EdgeError(f"hardware class {self.name!r}: cannot load its builder {builder!r} ({exc})") from exc
 
 
 _BUILDERS = "vllm_omni.edge.build.plans"
+# Measured at the released geometry with random weights, XNNPACK on this 2-core x86 host
+# (benchmarks/bench_phone.py; docs/windowed_programs.md has the table).
+PHONE_GRAPH_NOTES = {
+    "windowed": "exact only while the stream fits the 72-frame context (5.76 s), approximate after; recomputes "
+    "the context every chunk (3.9x the compute at chunk 25, 37x at chunk 2); windows.pte 1.00x the weights",
+    "stateful": "exact at any length (104.8 dB vs the full decode in the build's ExecuTorch check); computes each "
+    "frame once; steps.pte 1.00x the weights",
+}
 
 BUILTIN_CLASSES = (
     HardwareClass(
         name="npu_phone",
-        description="phone NPU: ExecuTorch windowed programs, one per chunk size of the ramp (XNNPACK; "
-        "CoreML export on macOS)",
+        description="phone NPU: ExecuTorch, one program holding the weights once (XNNPACK; CoreML export on "
+        "macOS): windowed programs, a method per chunk size of the ramp (default), or the exact stateful step "
+        "(--graph stateful, a method per step size)",
         graph_kind="windowed",
         backend="executorch",
         dtype="fp32",
         builder=f"{_BUILDERS}:build_windowed",
-        defaults={"ramp": (2, 4, 8, 16, 25), "context_frames": 72, "partitioner": "xnnpack"},
+        defaults={
+            "ramp": (2, 4, 8, 16, 25),
+            "context_frames": 72,
+            "partitioner": "xnnpack",
+            "one_program": True,
+            "first_step_frames": 2,
+            "step_frames": 16,
+        },
         variants={"xnnpack": "always", "coreml": "macOS with coremltools"},
+        other_graphs={"stateful": "vllm_omni.edge.build.executorch_steps:build_executorch_steps"},
+        graph_notes=PHONE_GRAPH_NOTES,
     ),
     HardwareClass(
         name="rockchip_npu",

@@ -34,12 +34,14 @@ def file_record(path: str | os.PathLike[str], relative_to: str | os.PathLike[str
 
 @dataclass(frozen=True)
 class StepArtifact:
-    """A built step graph on its way into a plan: the file, its contract, how it was checked, its ONNX source."""
+    """A built step graph on its way into a plan: the file, its contract, how it was checked, its ONNX source,
+    and the method that is this step when the file is a multi-method program shared by several steps."""
 
     path: Path
     contract: StepContract
     verification: dict[str, Any] | None = None
     source: Path | None = None
+    method: str | None = None
 
 
 def stateful_plan(
@@ -59,13 +61,21 @@ def stateful_plan(
     if "main" not in steps:
         raise ExecPlanError(f"a stateful plan needs a 'main' step, found roles {sorted(steps)}")
     main = steps["main"].contract
+    records: dict[Path, dict[str, Any]] = {}  # a file shared by several steps is hashed once
+
+    def record(path: Path) -> dict[str, Any]:
+        if path not in records:
+            records[path] = file_record(path, directory)
+        return records[path]
+
     artifacts = {
         role: PlanArtifact(
             role=role,
-            **file_record(step.path, directory),
+            **record(step.path),
             contract=step.contract.to_json(),
-            source=file_record(step.source, directory) if step.source is not None else None,
+            source=record(step.source) if step.source is not None else None,
             verification=step.verification,
+            method=step.method,
         )
         for role, step in steps.items()
     }
@@ -103,6 +113,7 @@ def windowed_plan(manifest: WindowedManifest, *, hardware_class: str, device_dir
             size_bytes=entry.size_bytes,
             contract=WindowContract(entry.window, manifest.codec).to_json(),
             verification=entry.check,
+            method=entry.method,
         )
         for entry in manifest.programs
     }

@@ -57,6 +57,7 @@ class ProgramEntry:
     export_seconds: float
     ops: dict[str, int] | None = None
     check: dict[str, Any] | None = None
+    method: str | None = None  # this window's method when ``path`` holds several windows (one copy of the weights)
 
     @property
     def window(self) -> Window:
@@ -68,6 +69,8 @@ class ProgramEntry:
 
     def to_json(self) -> dict[str, Any]:
         row = asdict(self)
+        if self.method is None:  # a file per window: the manifest reads as before
+            del row["method"]
         row["window_frames"] = self.window_frames
         row["inputs"] = [spec.to_json() for spec in self.inputs]
         row["outputs"] = [spec.to_json() for spec in self.outputs]
@@ -87,6 +90,7 @@ class ProgramEntry:
             export_seconds=float(row["export_seconds"]),
             ops=row.get("ops"),
             check=row.get("check"),
+            method=None if row.get("method") is None else str(row["method"]),
         )
 
 

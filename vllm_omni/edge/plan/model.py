@@ -49,9 +49,14 @@ class PlanArtifact:
     contract: dict[str, Any]
     source: dict[str, Any] | None = None  # the ONNX graph an .rknn was compiled from (file, sha256, size_bytes)
     verification: dict[str, Any] | None = None
+    # The method of a multi-method program (ExecuTorch) that is this role; ``None``: the file's only program.
+    # Several roles may name one file (one copy of the weights), each through its own method.
+    method: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         row = {"file": self.file, "sha256": self.sha256, "size_bytes": self.size_bytes, "contract": self.contract}
+        if self.method is not None:  # absent, not null, when unused: older plans keep their plan_id
+            row["method"] = self.method
         if self.source is not None:
             row["source"] = self.source
         if self.verification is not None:
@@ -162,6 +167,7 @@ class ExecPlan:
                     contract=row["contract"],
                     source=row.get("source"),
                     verification=row.get("verification"),
+                    method=row.get("method"),
                 )
                 for role, row in payload["artifacts"].items()
             },
@@ -225,9 +231,9 @@ class ExecPlan:
                 f"  windows: ramp {list(self.windowed['ramp'])}, context {self.windowed['context_frames']} frames, "
                 f"partitioner {self.windowed.get('partitioner')}"
             )
-        total = 0
+        files: dict[str, int] = {}
         for role, artifact in self.artifacts.items():
-            total += artifact.size_bytes
+            files[artifact.file] = artifact.size_bytes
             contract = artifact.contract
             if self.graph_kind == "stateful":
                 shape = f"B={contract['step_frames']} N={contract['cache_numel']}"
@@ -235,11 +241,15 @@ class ExecPlan:
                 shape = f"{contract['context_frames']}+{contract['chunk_frames']} frames"
             check = artifact.verification or {}
             verdict = f", {check['snr_db']:.1f} dB" if isinstance(check.get("snr_db"), (int, float)) else ""
+            where = artifact.file + (f":{artifact.method}" if artifact.method else "")
             lines.append(
-                f"  {role:<16} {artifact.file:<28} {shape:<20} {artifact.size_bytes / 1e6:8.1f} MB "
+                f"  {role:<16} {where:<28} {shape:<20} {artifact.size_bytes / 1e6:8.1f} MB "
                 f"sha256 {artifact.sha256[:12]}{verdict}"
             )
-        lines.append(f"  {len(self.artifacts)} artifacts, {total / 1e6:.1f} MB; on the device under {self.device_dir}")
+        lines.append(
+            f"  {len(self.artifacts)} artifacts in {len(files)} files, {sum(files.values()) / 1e6:.1f} MB; "
+            f"on the device under {self.device_dir}"
+        )
         return "\n".join(lines)
 
 

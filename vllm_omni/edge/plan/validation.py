@@ -4,8 +4,10 @@
   codec geometry and its own shapes; steps that share a cache share its layout;
 - windowed plans: exactly the programs of the ramp's schedule, each with its window contract;
 - every artifact (and recorded ONNX source) present in the plan directory with its size and sha256
-  (a file already verified and unchanged since is not hashed again: :mod:`..integrity`); a file
-  that several roles share (one graph for every step size) is checked once.
+  (a file already verified and unchanged since is not hashed again: :mod:`..integrity`);
+- roles that name one file agree on its size and sha256, and each runs its own part of it: a method
+  of a multi-method program (ExecuTorch), or its own step size of one dynamic step graph (onnxruntime);
+  each distinct file is checked once.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ if TYPE_CHECKING:
 
 
 def check_contracts(plan: ExecPlan, source: str = "plan") -> None:
-    """Contracts against the geometry and each other; windows against the ramp and context."""
+    """Contracts against the geometry and each other; windows against the ramp and context; shared files."""
+    check_shared_files(plan, source)
     if plan.graph_kind == "stateful":
         _check_steps(plan, source)
     else:
@@ -117,6 +120,33 @@ def check_artifacts(plan: ExecPlan, source: str = "plan", check_sha256: bool = T
                 continue
             _check_file(plan, source, field_name, file, size, sha256, check_sha256)
             checked[file] = (field_name, size, sha256)
+
+
+def check_shared_files(plan: ExecPlan, source: str = "plan") -> None:
+    """Roles naming one file agree on its size and sha256, and each names a method of its own (or, for a
+    dynamic step graph, runs it at its own step size: the contracts say which)."""
+    first_role: dict[str, str] = {}
+    methods: dict[tuple[str, str | None], str] = {}
+    for role, artifact in plan.artifacts.items():
+        other = first_role.setdefault(artifact.file, role)
+        if other != role:
+            want = plan.artifacts[other]
+            if (artifact.sha256, artifact.size_bytes) != (want.sha256, want.size_bytes):
+                raise ExecPlanError(
+                    f"{source}: artifacts.{role}: names {artifact.file} like artifacts.{other}, but with sha256 "
+                    f"{artifact.sha256[:16]}... and {artifact.size_bytes} bytes against {want.sha256[:16]}... and "
+                    f"{want.size_bytes} bytes; one file has one size and hash: rebuild the plan"
+                )
+        key = (artifact.file, artifact.method)
+        dynamic = (
+            artifact.method is None and isinstance(artifact.contract, dict) and artifact.contract.get("max_step_frames")
+        )
+        if not dynamic and methods.setdefault(key, role) != role:  # a dynamic graph runs each role's B
+            raise ExecPlanError(
+                f"{source}: artifacts.{role} and artifacts.{methods[key]} both name method "
+                f"{artifact.method or '(the only one)'} of {artifact.file}; each role of a shared file needs a "
+                "method of its own: rebuild the plan"
+            )
 
 
 def _check_file(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ..backends.registry import BackendUnavailableError, WindowRunner, get_backend
+from ..backends.registry import BackendUnavailableError, WindowRunner, get_backend, graph_kinds
 from ..plan.manifest import ManifestError, ProgramEntry, WindowedManifest
 from .windowed_decoder import WindowedDecoder
 
@@ -20,10 +20,12 @@ def open_window_runner(manifest: WindowedManifest, entry: ProgramEntry, check_sh
         backend = get_backend(manifest.backend)
     except BackendUnavailableError as exc:
         raise ManifestError(f"no runtime for backend {manifest.backend!r}: {exc}") from exc
-    if backend.graph_kind != "windowed":
+    if "windowed" not in graph_kinds(backend):
         raise ManifestError(f"backend {manifest.backend!r} does not run windowed programs")
     path = manifest.verify_program(entry, check_sha256=check_sha256)
-    return backend.open_window_runner(path, manifest.contract(entry))
+    if entry.method is None:
+        return backend.open_window_runner(path, manifest.contract(entry))
+    return backend.open_window_runner(path, manifest.contract(entry), entry.method)
 
 
 def open_windowed_decoder(path: str | os.PathLike[str], check_sha256: bool = True) -> WindowedDecoder:

@@ -4,8 +4,8 @@
     pcm = decoder.feed(frames)                           # int codes [T, Q] -> float32 PCM
     pcm_tail = decoder.flush()
 
-The plan's ``backend`` names a backend in :mod:`..backends.registry` (built in: onnxruntime and
-rknn for stateful plans, executorch and torch_export for windowed ones; plugins add more), whose
+The plan's ``backend`` names a backend in :mod:`..backends.registry` (built in: onnxruntime,
+rknn and executorch for stateful plans, executorch and torch_export for windowed ones; plugins add more), whose
 ``open_runner`` opens a runner per artifact; the runners drive a :class:`StatefulDecoder` or a
 :class:`WindowedDecoder`. The plan is validated first (schema, contracts, every file's size and
 sha256), so a runtime never sees a file the plan does not vouch for. No torch here: a backend
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from ..backends.registry import BackendUnavailableError, RunnerOptions, get_backend
+from ..backends.registry import BackendUnavailableError, RunnerOptions, get_backend, graph_kinds
 from ..plan.model import ExecPlan
 from ..plan.schema import ExecPlanError
 from .protocol import StreamDecoder
@@ -42,9 +42,10 @@ def open_decoder(
         backend = get_backend(plan.backend)
     except BackendUnavailableError as exc:
         raise ExecPlanError(f"no decoder runtime for backend {plan.backend!r} ({plan.graph_kind}): {exc}") from exc
-    if backend.graph_kind != plan.graph_kind:
+    if plan.graph_kind not in graph_kinds(backend):
         raise ExecPlanError(
-            f"backend {plan.backend!r} runs {backend.graph_kind} graphs; the plan is {plan.graph_kind}: rebuild it"
+            f"backend {plan.backend!r} runs {' and '.join(graph_kinds(backend))} graphs; the plan is "
+            f"{plan.graph_kind}: rebuild it"
         )
     options = RunnerOptions(threads=threads, rknn_runtime=rknn_runtime, prepack=prepack)
     runners = {role: backend.open_runner(plan, role, options) for role in plan.artifacts}

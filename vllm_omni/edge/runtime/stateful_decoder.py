@@ -2,10 +2,10 @@
 
 The decoder is backend-agnostic: a :class:`~..backends.registry.StepRunner` is anything with a
 ``contract`` and a ``run(codes, freqs, cache_valid, cache) -> (audio, cache)`` method (onnxruntime,
-rknn on a board, torch in tests). Frames arrive in any amounts; audio leaves as soon as a whole step's worth
-of frames is there. ``flush()`` ends a stream: it decodes what is left by padding the last step
-with code 0. The decoder is causal, so the padding cannot change the audio of real frames, and
-the padding's own audio is cut off before it is returned.
+rknn on a board, the ExecuTorch runtime on phones, torch in tests). Frames arrive in any amounts;
+audio leaves as soon as a whole step's worth of frames is there. ``flush()`` ends a stream: it
+decodes what is left by padding the last step with code 0. The decoder is causal, so the padding
+cannot change the audio of real frames, and the padding's own audio is cut off before it is returned.
 """
 
 from __future__ import annotations
