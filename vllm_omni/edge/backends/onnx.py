@@ -59,6 +59,17 @@ def op_report(path: str | os.PathLike[str]) -> OpReport:
     return OpReport(sum(counts.values()), dict(counts), {op: counts[op] for op in RKNN_RISK_OPS if counts[op]})
 
 
+GRAPH_LAYOUT_KEY = "qwen3_tts.graph_layout"
+
+
+def graph_layout(path: str | os.PathLike[str]) -> str:
+    """The formulation a step graph was exported with (``time_on_width`` when it records none)."""
+    onnx = _onnx()
+    model = onnx.load(str(path), load_external_data=False)
+    recorded = {prop.key: prop.value for prop in model.metadata_props}
+    return recorded.get(GRAPH_LAYOUT_KEY, "time_on_width")
+
+
 def graph_contract(path: str | os.PathLike[str]) -> StepContract:
     """Read the step contract (B, N, head_dim, cache layout, ...) back out of a step graph file."""
     onnx = _onnx()
@@ -84,8 +95,13 @@ def export_step_onnx(
     path: str | os.PathLike[str],
     opset: int = DEFAULT_OPSET,
     verify: Callable[[Path], Any] | None = None,
+    graph_layout: str | None = None,
 ) -> Path:
     """Export a self-contained step graph for ``step_frames``, with its contract in ``metadata_props``.
+
+    ``graph_layout`` picks the formulation (:mod:`vllm_omni.edge.graphs.npu_layout`); the default
+    (``None``) is the CPU one, whose file carries no layout key; any other is recorded as
+    ``qwen3_tts.graph_layout``.
 
     The graph is written under a temporary name; ``verify(temporary)`` (when given) runs before the
     rename, so a graph that fails its check never appears at ``path``
@@ -93,12 +109,12 @@ def export_step_onnx(
     """
     import torch
 
-    from ..graphs.stateful import Code2WavStep
+    from ..graphs.npu_layout import DEFAULT_LAYOUT, step_class
 
     onnx = _onnx()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    step = Code2WavStep(decoder, step_frames).eval()
+    step = step_class(graph_layout or DEFAULT_LAYOUT)(decoder, step_frames).eval()
 
     def write(temporary: Path) -> None:
         start = time.perf_counter()
@@ -126,6 +142,9 @@ def export_step_onnx(
             prop.key, prop.value = key, value
         prop = model.metadata_props.add()
         prop.key, prop.value = "qwen3_tts.opset", str(opset)
+        if graph_layout not in (None, DEFAULT_LAYOUT):
+            prop = model.metadata_props.add()
+            prop.key, prop.value = GRAPH_LAYOUT_KEY, graph_layout
         onnx.save(model, str(temporary))
         report = op_report(temporary)
         logger.info(
