@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
+    Attention,
     CausalConv1d,
     CausalConvTranspose1d,
     DecoderBlock,
@@ -34,7 +35,7 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts
 )
 
 from ..errors import EdgeExportError
-from .stateful import MASK_VALUE, Code2WavStep, _CacheIO, conv_tail, transpose_tail
+from .stateful import MASK_VALUE, Code2WavStep, _CacheIO, conv_tail, shifted_eye, transpose_tail
 
 # Names a step graph's formulation; recorded in the graph's metadata and the plan.
 DEFAULT_LAYOUT = "time_on_width"
@@ -56,11 +57,47 @@ class Code2WavNpuStep(Code2WavStep):
 
     graph_layout = NPU_LAYOUT
 
+    def _attention(
+        self,
+        cache: _CacheIO,
+        name: str,
+        attn: Attention,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin_signed: torch.Tensor,
+        bias: torch.Tensor,
+    ) -> torch.Tensor:
+        """:meth:`Code2WavStep._attention` with grouped K/V repeated by a static Expand."""
+        frames = hidden.shape[1]
+        heads, kv_heads, head_dim = attn.num_heads, attn.num_kv_heads, attn.head_dim
+        query = attn.q_proj(hidden).view(frames, heads, head_dim).transpose(0, 1)
+        key = attn.k_proj(hidden).view(frames, kv_heads, head_dim).transpose(0, 1)
+        value = attn.v_proj(hidden).view(frames, kv_heads, head_dim).transpose(0, 1)
+        half = head_dim // 2
+        query = query * cos + torch.cat([query[..., half:], query[..., :half]], dim=-1) * sin_signed
+        key = key * cos + torch.cat([key[..., half:], key[..., :half]], dim=-1) * sin_signed
+        keys = torch.matmul(self.select_history, cache.read(f"{name}.key")) + torch.matmul(self.select_new, key)
+        values = torch.matmul(self.select_history, cache.read(f"{name}.value")) + torch.matmul(self.select_new, value)
+        cache.write(f"{name}.key", torch.matmul(self.select_next, keys))
+        cache.write(f"{name}.value", torch.matmul(self.select_next, values))
+        groups = heads // kv_heads
+        if groups > 1:
+            # A constant selection matmul (repeat_interleave traces to Tile + Shape, expand to ConstantOfShape).
+            select = shifted_eye(heads, heads, 0).reshape(heads, kv_heads, groups).sum(-1).to(keys.dtype)
+            count = keys.shape[1]
+            keys = torch.matmul(select, keys.reshape(kv_heads, count * head_dim)).reshape(heads, count, head_dim)
+            values = torch.matmul(select, values.reshape(kv_heads, count * head_dim)).reshape(heads, count, head_dim)
+        scores = torch.matmul(query, keys.transpose(1, 2)) * attn.scaling + bias
+        weights = torch.softmax(scores, dim=-1)
+        attended = torch.matmul(weights, values).transpose(0, 1).reshape(1, frames, heads * head_dim)
+        return attn.o_proj(attended)
+
     def _conv_h(self, cache: _CacheIO, name: str, module: CausalConv1d, hidden: torch.Tensor) -> torch.Tensor:
         """Causal conv on ``[1, C, T, 1]``; dilation ``d > 1`` runs polyphase on ``[1, C, L / d, d]``."""
         conv = module.conv
         weight = conv.weight[..., None]  # [out, in, k, 1]
-        tail, dilation, frames = conv_tail(module), conv.dilation[0], hidden.shape[2]
+        # int(): static sizes, so the graph holds no Shape/ConstantOfShape (the step's sizes are fixed).
+        tail, dilation, frames, channels = conv_tail(module), conv.dilation[0], int(hidden.shape[2]), conv.in_channels
         if tail == 0:
             return F.conv2d(hidden, weight, conv.bias, groups=conv.groups)
         parts = [cache.read(name)[None, :, :, None], hidden]
@@ -72,11 +109,11 @@ class Code2WavNpuStep(Code2WavStep):
         # (they only feed outputs that are cut off again).
         extra = (-frames) % dilation
         if extra:
-            joined = torch.cat([torch.zeros(1, joined.shape[1], extra, 1), joined], dim=2)
-        length = joined.shape[2]
-        phases = joined.reshape(1, joined.shape[1], length // dilation, dilation)
+            joined = torch.cat([torch.zeros(1, channels, extra, 1, dtype=joined.dtype), joined], dim=2)
+        length = tail + frames + extra
+        phases = joined.reshape(1, channels, length // dilation, dilation)
         out = F.conv2d(phases, weight, conv.bias, groups=conv.groups)
-        out = out.reshape(1, out.shape[1], frames + extra, 1)
+        out = out.reshape(1, conv.out_channels, frames + extra, 1)
         return out[:, :, extra:] if extra else out
 
     def _transpose_h(
@@ -84,7 +121,7 @@ class Code2WavNpuStep(Code2WavStep):
     ) -> torch.Tensor:
         conv = module.conv
         weight = conv.weight[..., None]  # [in, out, k, 1]
-        tail, stride, frames = transpose_tail(module), module.stride, hidden.shape[2]
+        tail, stride, frames = transpose_tail(module), module.stride, int(hidden.shape[2])
         if tail == 0:
             return F.conv_transpose2d(hidden, weight, conv.bias, stride=(stride, 1))[:, :, : frames * stride]
         joined = torch.cat([cache.read(name)[None, :, :, None], hidden], dim=2)
