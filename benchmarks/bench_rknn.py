@@ -39,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, nargs="+", default=[16, 64], help="main step sizes B")
     parser.add_argument("--first", type=int, default=2, help="first-step size mixed into the B=steps[0] rows")
     parser.add_argument("--check-steps", type=int, default=20)
+    parser.add_argument(
+        "--matrix-check-steps",
+        type=int,
+        help="check steps of the rows after the two accuracy rows (default: --check-steps)",
+    )
     parser.add_argument("--only", nargs="+", help="run only these rows (names as printed)")
     args = parser.parse_args(argv)
 
@@ -64,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     result_path = args.out / "rknn.json"
     result = {"benchmark": "rknn fp16 compile + simulator", "weights": "RANDOM WEIGHTS", "geometry": args.geometry,
               "check_steps": args.check_steps, "rows": []}  # fmt: skip
+    accuracy_rows = {row[0] for row in plan[:2]}
     for name, drive, target, size, first in plan:
+        steps = args.check_steps if name in accuracy_rows else (args.matrix_check_steps or args.check_steps)
         graphs = {
             role: export(args, checkpoints[drive], drive, b) for role, b in (("main", size), ("first", first)) if b
         }
@@ -73,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, *CONVERTER, "--onnx", str(graphs["main"]), "--model-dir", str(checkpoints[drive])]
         command += ["--first-onnx", str(graphs["first"])] if "first" in graphs else []
-        command += ["--target", target, "--check-steps", str(args.check_steps), "--output", str(output)]
+        command += ["--target", target, "--check-steps", str(steps), "--output", str(output)]
         print(f"[bench] {name}: {' '.join(command[1:])}", flush=True)
         started = time.perf_counter()
         completed = subprocess.run(command, capture_output=True, text=True)
@@ -90,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         result["rows"].append(
             {
                 "row": name,
+                "check_steps": steps,
                 "checkpoint": drive,
                 "target": target,
                 "step_frames": {role: engine["inputs"]["audio_codes"][2] for role, engine in report["engines"].items()},

@@ -242,7 +242,7 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
                 outputs=contract.output_shapes(),
             )
             report = engines[role].report
-            peak_rss_mb[role] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+            peak_rss_mb[role] = peak_rss_so_far_mb()
             say(
                 f"  {outputs[role].name}: {report.size_bytes / 1e6:.1f} MB in {report.build_seconds:.1f} s "
                 f"(converter process peak RSS so far {peak_rss_mb[role]} MB); REGTASK bit-width warnings: "
@@ -277,6 +277,12 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
         raise SimulatorCheckError(check["verdict"], report_path)
     plan, plan_path = write_plan(args, graphs, contracts, engines, check, layouts)
     return ConvertResult(plan, plan_path, report_path, check)
+
+
+def peak_rss_so_far_mb() -> int:
+    """Peak resident memory of this process (and any toolkit child), in MB: Linux reports ``ru_maxrss`` in KiB."""
+    usage = (resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return round(max(usage) / 1024)
 
 
 def check_schedule(contracts: dict, steps: int) -> list[str]:
