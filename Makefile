@@ -59,7 +59,8 @@ bench-talker: setup-oracle setup-vllm
 bench-serve: setup-vllm
 	.venv-vllm/bin/python benchmarks/bench_serve.py --out out/bench
 
-# Released-geometry RKNN compile + simulator check (about 5 GB of RAM and minutes per step size).
+# Released-geometry RKNN builds (rk3588, rk3576; B=2+16, 64): REGTASK count, compile cost, 20-step simulator SNR.
+# Minutes and several GB per row: run it under the shared lock (flock /work/heavy.lock make bench-rknn).
 bench-rknn: setup setup-rknn
 	.venv-rknn/bin/python benchmarks/bench_rknn.py --out out/bench
 

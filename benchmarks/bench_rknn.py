@@ -1,14 +1,20 @@
-"""Released-geometry RKNN compile and simulator check, one process per step size.
+"""RKNN fp16 step graphs: register-overflow (REGTASK) count, compile cost and simulator SNR, per target and B.
 
-    .venv-rknn/bin/python benchmarks/bench_rknn.py --out out/bench [--steps 16 64] [--geometry released]
+    .venv-rknn/bin/python benchmarks/bench_rknn.py --out out/bench [--geometry released]
+        [--targets rk3588 rk3576] [--steps 16 64] [--first 2] [--check-steps 20] [--only ROW ...]
 
-RANDOM WEIGHTS (a released-layout checkpoint written by make_checkpoint, reused across runs).
-Per step size B, ``python -m vllm_omni.edge.cli.rknn_convert`` exports the ONNX step graph
-(self-checked in onnxruntime), compiles it for rk3588 in fp16 and runs the simulator check (3
-steps from a zero cache against the full decode). Reports wall seconds of the whole run, compile
-seconds, ``.rknn`` size, the toolkit's ``REGTASK ... exceeds the limit`` warning count, and
-simulator SNR (overall and per step). Writes ``rknn.json`` and prints a table. A build of the
-released graph takes about 5 GB of RAM; run one at a time.
+RANDOM WEIGHTS. Two checkpoints (:mod:`vllm_omni.edge.testing.drive`): ``hot`` (make_checkpoint's
+weights, output RMS about 0.07, SnakeBeta driven hard) and ``moderate`` (seed 1, the waveform
+blocks' convs x0.5, final conv rescaled to a loud output). The ONNX step graphs (NPU layout,
+``time_on_height``) are exported once per checkpoint and B; then, one converter process per row
+(``python -m vllm_omni.edge.cli.rknn_convert --onnx ... --model-dir ...``), each is compiled for
+its target in fp16 and streamed ``--check-steps`` steps through the simulator against the full
+decode (the main rows mix the ``--first`` graph in: step 0 and every fifth). Rows, in order of
+importance: ``hot`` main+first on each target, ``moderate`` main+first on the first target, then
+each further B alone on each target. Reports per row: compile seconds, peak RSS of the converter,
+``.rknn`` MB, REGTASK count (every graph of the row), simulator SNR (overall, min/mean per step),
+onnxruntime SNR vs the full decode, output RMS. ``rknn.json`` is rewritten after every row.
+A released row takes minutes and several GB: run under the shared lock, one at a time.
 """
 
 from __future__ import annotations
@@ -22,65 +28,127 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+CONVERTER = ["-m", "vllm_omni.edge.cli.rknn_convert"]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("out/bench"))
     parser.add_argument("--geometry", choices=("released", "small"), default="released")
-    parser.add_argument("--steps", type=int, nargs="+", default=[16, 64])
-    parser.add_argument("--target", default="rk3588")
+    parser.add_argument("--targets", nargs="+", default=["rk3588", "rk3576"])
+    parser.add_argument("--steps", type=int, nargs="+", default=[16, 64], help="main step sizes B")
+    parser.add_argument("--first", type=int, default=2, help="first-step size mixed into the B=steps[0] rows")
+    parser.add_argument("--check-steps", type=int, default=20)
+    parser.add_argument(
+        "--matrix-check-steps",
+        type=int,
+        help="check steps of the rows after the two accuracy rows (default: --check-steps)",
+    )
+    parser.add_argument("--only", nargs="+", help="run only these rows (names as printed)")
     args = parser.parse_args(argv)
 
-    from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
+    from vllm_omni.edge.testing.drive import write_drive_checkpoint
 
-    model = ensure_checkpoint(args.out / f"checkpoint-{args.geometry}", args.geometry)
-    rows = []
-    for size in args.steps:
-        out_dir = args.out / f"rknn-{args.geometry}-b{size}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    checkpoints = {}
+    for drive, seed in (("hot", 0), ("moderate", 1)):
+        path = args.out / f"checkpoint-{args.geometry}-{drive}"
+        if not (path / "speech_tokenizer" / "model.safetensors").is_file():
+            write_drive_checkpoint(path, args.geometry, drive, seed=seed)
+        checkpoints[drive] = path
+
+    main_b, others = args.steps[0], args.steps[1:]
+    plan = [(f"hot-{t}-b{main_b}+{args.first}", "hot", t, main_b, args.first) for t in args.targets]
+    plan.insert(
+        1, (f"moderate-{args.targets[0]}-b{main_b}+{args.first}", "moderate", args.targets[0], main_b, args.first)
+    )
+    plan += [(f"hot-{t}-b{b}", "hot", t, b, None) for b in others for t in args.targets]
+    if args.only:
+        plan = [row for row in plan if row[0] in args.only]
+
+    result_path = args.out / "rknn.json"
+    result = {"benchmark": "rknn fp16 compile + simulator", "weights": "RANDOM WEIGHTS", "geometry": args.geometry,
+              "check_steps": args.check_steps, "rows": []}  # fmt: skip
+    accuracy_rows = {row[0] for row in plan[:2]}
+    for name, drive, target, size, first in plan:
+        steps = args.check_steps if name in accuracy_rows else (args.matrix_check_steps or args.check_steps)
+        graphs = {
+            role: export(args, checkpoints[drive], drive, b) for role, b in (("main", size), ("first", first)) if b
+        }
+        out_dir = args.out / f"rknn-{args.geometry}-{name}"
         output = out_dir / f"step_b{size}.rknn"
-        command = [sys.executable, "-m", "vllm_omni.edge.cli.rknn_convert"]
-        command += ["--model-dir", str(model), "--codes-length", str(size), "--target", args.target]
-        command += ["--output", str(output)]
-        print(f"[bench] B={size}: {' '.join(command[1:])}", flush=True)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, *CONVERTER, "--onnx", str(graphs["main"]), "--model-dir", str(checkpoints[drive])]
+        command += ["--first-onnx", str(graphs["first"])] if "first" in graphs else []
+        command += ["--target", target, "--check-steps", str(steps), "--output", str(output)]
+        print(f"[bench] {name}: {' '.join(command[1:])}", flush=True)
         started = time.perf_counter()
         completed = subprocess.run(command, capture_output=True, text=True)
         seconds = time.perf_counter() - started
-        (out_dir / "prepare.log").write_text(completed.stdout + completed.stderr)
+        (out_dir / "convert.log").write_text(completed.stdout + completed.stderr)
         report_path = output.with_name(output.stem + ".report.json")
         if not report_path.exists():
-            raise SystemExit(f"B={size} failed (exit {completed.returncode}); see {out_dir / 'prepare.log'}")
+            print(f"[bench]   {name} failed (exit {completed.returncode}); see {out_dir / 'convert.log'}", flush=True)
+            result["rows"].append({"row": name, "exit_code": completed.returncode, "failed": True})
+            result_path.write_text(json.dumps(result, indent=2))
+            continue
         report = json.loads(report_path.read_text())
-        engine, check = report["engines"]["main"], report["simulator_check"]
-        rows.append(
+        check = report["simulator_check"]
+        result["rows"].append(
             {
-                "step_frames": size,
+                "row": name,
+                "check_steps": steps,
+                "checkpoint": drive,
+                "target": target,
+                "step_frames": {role: engine["inputs"]["audio_codes"][2] for role, engine in report["engines"].items()},
                 "exit_code": completed.returncode,
                 "wall_seconds": round(seconds, 1),
-                "compile_seconds": engine["build_seconds"],
-                "rknn_mb": engine["size_bytes"] / 1e6,
-                "regtask_warnings": engine["regtask_warnings"],
+                "compile_seconds": {role: engine["build_seconds"] for role, engine in report["engines"].items()},
+                "peak_rss_mb": report["peak_rss_mb"],
+                "rknn_mb": {role: round(engine["size_bytes"] / 1e6, 1) for role, engine in report["engines"].items()},
+                "regtask_warnings": report["regtask_warnings"],
+                "graph_layout": report["graph_layout"],
                 "simulator_snr_db_vs_full": check.get("snr_db_vs_full_decode"),
+                "min_step_snr_db": check["min_step_snr_db"],
+                "mean_step_snr_db": check["mean_step_snr_db"],
                 "per_step_snr_db": check["per_step_snr_db"],
                 "onnxruntime_snr_db_vs_full": check.get("onnxruntime_snr_db_vs_full_decode"),
+                "output_rms": check.get("output_rms"),
                 "simulator_seconds": check["simulator_seconds"],
                 "toolkit_version": report["toolkit_version"],
             }
         )
-        print(f"[bench]   {json.dumps(rows[-1])}", flush=True)
-    result = {"benchmark": "rknn fp16 compile + simulator", "weights": "random", "geometry": args.geometry,
-              "target": args.target, "rows": rows}  # fmt: skip
-    (args.out / "rknn.json").write_text(json.dumps(result, indent=2))
-    print(f"\n{args.geometry} geometry, RANDOM WEIGHTS, {args.target}, fp16, simulator")
-    print("B | compile s | .rknn MB | REGTASK warnings | sim SNR dB vs full | per step | ORT SNR dB | wall s")
-    for row in rows:
-        print(
-            f"{row['step_frames']} | {row['compile_seconds']:.0f} | {row['rknn_mb']:.0f} | {row['regtask_warnings']} | "
-            f"{row['simulator_snr_db_vs_full']:.1f} | {row['per_step_snr_db']} | "
-            f"{row['onnxruntime_snr_db_vs_full']:.1f} | {row['wall_seconds']:.0f}"
-        )
-    print(f"-> {args.out / 'rknn.json'}")
+        print(f"[bench]   {json.dumps(result['rows'][-1])}", flush=True)
+        result_path.write_text(json.dumps(result, indent=2))
+    print_table(result)
+    print(f"-> {result_path}")
     return 0
+
+
+def export(args, checkpoint: Path, drive: str, size: int) -> Path:
+    """The checked ONNX step graph (NPU layout) of ``size`` frames for ``checkpoint``; exported once."""
+    path = args.out / f"onnx-{args.geometry}-{drive}" / f"step_b{size}.onnx"
+    if not path.is_file():
+        command = [sys.executable, *CONVERTER, "--model-dir", str(checkpoint), "--codes-length", str(size)]
+        command += ["--skip-rknn", "--output", str(path)]
+        print(f"[bench] export {drive} B={size}", flush=True)
+        subprocess.run(command, check=True, capture_output=True, text=True)
+    return path
+
+
+def print_table(result: dict) -> None:
+    print(f"\n{result['geometry']} geometry, {result['weights']}, fp16, simulator, {result['check_steps']} steps")
+    print("row | B | compile s | peak RSS MB | .rknn MB | REGTASK | sim SNR dB (min / mean step) | ORT SNR dB | RMS")
+    for row in result["rows"]:
+        if row.get("failed"):
+            print(f"{row['row']} | failed (exit {row['exit_code']})")
+            continue
+        print(
+            f"{row['row']} | {row['step_frames']} | {row['compile_seconds']} | {row['peak_rss_mb']} | "
+            f"{row['rknn_mb']} | "
+            f"{row['regtask_warnings']} | {row['simulator_snr_db_vs_full']:.1f} ({row['min_step_snr_db']:.1f} / "
+            f"{row['mean_step_snr_db']:.1f}) | {row['onnxruntime_snr_db_vs_full']:.1f} | {row['output_rms']:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -40,3 +40,36 @@ def test_missing_model_and_unknown_target_fail_in_one_line(tmp_path):
     assert result.returncode == 2 and "set QWEN3_TTS_MODEL" in result.stderr
     result = run("--target", "rk9999", "--output", tmp_path / "x.onnx")
     assert result.returncode == 2 and "invalid choice: 'rk9999'" in result.stderr
+
+
+def test_a_build_with_register_overflow_fails_unless_allowed(small_decoder, tmp_path, monkeypatch):
+    """The REGTASK gate, without the toolkit: a fake engine reports 3 warnings on the main graph."""
+    import json
+
+    import pytest
+
+    from vllm_omni.edge.backends.rknn import EngineReport
+    from vllm_omni.edge.build import rknn_convert
+    from vllm_omni.edge.build.steps import export_checked_step
+
+    graph = export_checked_step(small_decoder, 4, tmp_path / "step_b4.onnx", graph_layout="time_on_height")
+
+    class FakeEngine:
+        def __init__(self, output):
+            output.write_bytes(b"rknn")
+            self.report = EngineReport(
+                str(output), "rk3588", 4, "0" * 64, "fake", build_seconds=1.0, regtask_warnings=3
+            )
+
+        def release(self):
+            pass
+
+    monkeypatch.setattr(rknn_convert, "build_engine", lambda onnx_path, output, **_: FakeEngine(output))
+    monkeypatch.setattr(rknn_convert, "simulator_check", lambda *_: {"passed": True, "verdict": "fake"})
+    request = rknn_convert.ConvertRequest(output=tmp_path / "step_b4.rknn", onnx=graph)
+    with pytest.raises(rknn_convert.RegisterOverflowError, match="expected 0, found main: 3") as caught:
+        rknn_convert.compile_and_check(request, {"main": graph}, None)
+    assert "--allow-register-overflow" in str(caught.value)
+    report = json.loads(caught.value.report_path.read_text())
+    assert report["regtask_warnings"] == {"main": 3} and report["graph_layout"] == {"main": "time_on_height"}
+    assert not (tmp_path / "exec_plan.json").exists()

@@ -1,4 +1,9 @@
-"""rockchip_npu: compile step graphs with rknn-toolkit2 2.5.0 (converter venv) and check them in its simulator."""
+"""rockchip_npu: compile step graphs with rknn-toolkit2 2.5.0 (converter venv) and check them in its simulator.
+
+The checkpoint is a small-geometry ``moderate`` drive one (RANDOM WEIGHTS, :mod:`vllm_omni.edge.testing.drive`):
+its fp16 ceiling sits near 60 dB, so a 55 dB bar catches a graph that loses precision. The ``hot``
+weights of ``make_checkpoint`` top out near 47 dB in any fp16 arithmetic (torch half precision too).
+"""
 
 from __future__ import annotations
 
@@ -41,13 +46,27 @@ def edge_build(*args) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def compiled(small_checkpoint, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+def moderate_checkpoint(tmp_path_factory) -> Path:
+    from vllm_omni.edge.testing.drive import write_drive_checkpoint
+
+    return write_drive_checkpoint(tmp_path_factory.mktemp("ckpt") / "moderate", "small", "moderate", seed=1)
+
+
+@pytest.fixture(scope="module")
+def moderate_decoder(moderate_checkpoint):
+    from vllm_omni.edge.checkpoint import load_code2wav_decoder
+
+    return load_code2wav_decoder(moderate_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def compiled(moderate_checkpoint, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """rockchip_npu: main step B=4 and first step B=2 for rk3588, checked in the simulator with one cache."""
     if not CONVERTER_PYTHON.exists():
         pytest.fail("the converter venv is missing: run `make setup-rknn` (make test does)")
     out = tmp_path_factory.mktemp("rknn")
     result = edge_build(
-        "--hardware", "rockchip_npu", "--model", small_checkpoint, "--out", out,
+        "--hardware", "rockchip_npu", "--model", moderate_checkpoint, "--out", out,
         "--step-frames", 4, "--first-step-frames", 2, "--target", "rk3588",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -59,14 +78,17 @@ def test_two_step_sizes_sharing_a_cache_pass_the_simulator_check(compiled):
     report = json.loads((out / "step_b4.report.json").read_text())
     check = report["simulator_check"]
     assert report["toolkit_version"] == "2.5.0" and report["target"] == "rk3588"
-    assert check["passed"] and check["steps"] == [2, 4, 4, 4]
-    assert check["snr_db_vs_full_decode"] >= 40
-    assert min(check["per_step_snr_db"]) >= 40
-    assert check["onnxruntime_snr_db_vs_full_decode"] > 90  # the graph itself is exact; fp16 is the NPU's
+    assert check["passed"] and check["steps"] == ([2, 4, 4, 4, 4] * 4)  # 20 steps, first/main mixed, one cache
+    assert check["snr_db_vs_full_decode"] >= 55, check["verdict"]
+    assert len(check["per_step_snr_db"]) == 20 and check["min_step_snr_db"] >= 50, check["per_step_snr_db"]
+    assert check["onnxruntime_snr_db_vs_full_decode"] > 100  # the graph itself is exact; fp16 is the NPU's
+    assert report["graph_layout"] == {"main": "time_on_height", "first": "time_on_height"}
+    assert report["regtask_warnings"] == {"main": 0, "first": 0}  # every register field in range
     for role in ("main", "first"):
         engine = report["engines"][role]
         assert Path(engine["path"]).is_file() and engine["size_bytes"] > 0
-        assert isinstance(engine["regtask_warnings"], int) and Path(engine["log_path"]).is_file()
+        assert engine["regtask_warnings"] == 0 and Path(engine["log_path"]).is_file()
+        assert report["peak_rss_mb"][role] > 0
     assert not list(out.glob(".*partial*"))
 
 
@@ -90,13 +112,15 @@ def test_the_exec_plan_names_both_artifacts_with_their_contracts_and_sources(com
     assert main.contract["cache_numel"] == first.contract["cache_numel"] == 7808
     assert main.contract["inputs"]["audio_codes"] == [1, 16, 4]
     assert (main.source["file"], first.source["file"]) == ("step_b4.onnx", "step_b2.onnx")
-    assert main.verification["snr_db"] >= 40 and len(plan.model["checkpoint_sha256"]) == 64
+    assert main.verification["snr_db"] >= 55 and len(plan.model["checkpoint_sha256"]) == 64
+    assert plan.build["regtask_warnings"] == {"main": 0, "first": 0} and not plan.build["register_overflow_allowed"]
+    assert plan.build["graph_layout"] == {"main": "time_on_height", "first": "time_on_height"}
     assert "--session-option 'qwen3_tts.exec_plan=" in result.stderr and "adb push" in result.stderr
     assert "hardware class rockchip_npu (target rk3588)" in result.stdout
 
 
 def test_a_recorded_stream_through_the_edge_client_in_the_simulator_matches_the_full_decode(
-    compiled, small_decoder, tmp_path
+    compiled, moderate_decoder, tmp_path
 ):
     """The client with the plan's RKNN decoder, the rknn-toolkit2 simulator standing in for the board."""
     import wave
@@ -119,15 +143,15 @@ def test_a_recorded_stream_through_the_edge_client_in_the_simulator_matches_the_
     with wave.open(str(tmp_path / "rk.wav")) as handle:
         audio = np.frombuffer(handle.readframes(handle.getnframes()), dtype="<i2") / 32767.0
     with torch.inference_mode():
-        reference = small_decoder(torch.from_numpy(frames.T[None].copy()))[0, 0].numpy()
-    assert snr_db(reference, audio) >= 40
+        reference = moderate_decoder(torch.from_numpy(frames.T[None].copy()))[0, 0].numpy()
+    assert snr_db(reference, audio) >= 40  # PCM16 in the WAV
     assert "15 frames" in result.stderr and "first audio after" in result.stderr
 
 
-def test_a_rebuild_keeps_the_compiled_steps(compiled, small_checkpoint):
+def test_a_rebuild_keeps_the_compiled_steps(compiled, moderate_checkpoint):
     out, _ = compiled
     result = edge_build(
-        "--hardware", "rockchip_npu", "--model", small_checkpoint, "--out", out,
+        "--hardware", "rockchip_npu", "--model", moderate_checkpoint, "--out", out,
         "--step-frames", 4, "--first-step-frames", 2, "--no-check",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -143,7 +167,7 @@ def test_an_existing_graph_compiles_alone_and_is_checked_against_onnxruntime(com
     assert check["passed"] and check["snr_db_vs_onnxruntime"] >= 40 and "snr_db_vs_full_decode" not in check
     plan = json.loads((tmp_path / "exec_plan.json").read_text())
     assert plan["artifacts"]["main"]["contract"]["head_dim"] == 32 and plan["model"]["checkpoint_sha256"] is None
-    assert "on the RKNN risk list" in result.stderr and "installed: 2.5.0" in result.stderr
+    assert "on the RKNN risk list" not in result.stderr  # the NPU graph holds no Shape, Pad, Neg, ...
 
 
 def test_a_non_step_onnx_is_one_clear_line(tmp_path):

@@ -61,6 +61,17 @@ def op_report(path: str | os.PathLike[str]) -> OpReport:
     return OpReport(sum(counts.values()), dict(counts), {op: counts[op] for op in RKNN_RISK_OPS if counts[op]})
 
 
+GRAPH_LAYOUT_KEY = "qwen3_tts.graph_layout"
+
+
+def graph_layout(path: str | os.PathLike[str]) -> str:
+    """The formulation a step graph was exported with (``time_on_width`` when it records none)."""
+    onnx = _onnx()
+    model = onnx.load(str(path), load_external_data=False)
+    recorded = {prop.key: prop.value for prop in model.metadata_props}
+    return recorded.get(GRAPH_LAYOUT_KEY, "time_on_width")
+
+
 def graph_contract(path: str | os.PathLike[str]) -> StepContract:
     """Read the step contract (B, N, head_dim, cache layout, ...) back out of a step graph file."""
     onnx = _onnx()
@@ -87,17 +98,22 @@ def export_step_onnx(
     opset: int = DEFAULT_OPSET,
     verify: Callable[[Path], Any] | None = None,
     form: str = "npu",
+    graph_layout: str | None = None,
 ) -> Path:
     """Export a self-contained step graph for ``step_frames``, with its contract in ``metadata_props``.
 
-    ``form``: ``npu`` (static B, the NPU-safe formulation rknn-toolkit2 converts) or ``cpu`` (one
-    graph for any B up to ``step_frames``, rewritten for onnxruntime's fast kernels by
-    :mod:`.onnx_cpu`). The graph is written under a temporary name; ``verify(temporary)`` (when
-    given) runs before the rename, so a graph that fails its check never appears at ``path``
+    ``form``: ``npu`` (static B, the formulation rknn-toolkit2 converts) or ``cpu`` (one graph for
+    any B up to ``step_frames``, rewritten for onnxruntime's fast kernels by :mod:`.onnx_cpu`).
+    ``graph_layout`` picks the NPU formulation (:mod:`vllm_omni.edge.graphs.npu_layout`); the default
+    (``None``) carries no layout key; any other is recorded as ``qwen3_tts.graph_layout``.
+
+    The graph is written under a temporary name; ``verify(temporary)`` (when given) runs before the
+    rename, so a graph that fails its check never appears at ``path``
     (:func:`vllm_omni.edge.build.steps.export_checked_step` checks against the full decode).
     """
     import torch
 
+    from ..graphs.npu_layout import DEFAULT_LAYOUT, step_class
     from ..graphs.stateful import Code2WavStep
     from .onnx_cpu import optimize_for_cpu
 
@@ -107,7 +123,12 @@ def export_step_onnx(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     dynamic = form == "cpu"
-    step = Code2WavStep(decoder, step_frames, dynamic=dynamic).eval()
+    if dynamic and graph_layout not in (None, DEFAULT_LAYOUT):
+        raise EdgeExportError(f"the cpu form has no layout {graph_layout!r}; layouts are for the npu form")
+    if dynamic:
+        step = Code2WavStep(decoder, step_frames, dynamic=True).eval()
+    else:
+        step = step_class(graph_layout or DEFAULT_LAYOUT)(decoder, step_frames).eval()
     dynamic_axes = (
         {"audio_codes": {2: "step_frames"}, "freqs_in": {0: "step_frames"}, "audio_values": {0: "samples"}}
         if dynamic
@@ -142,6 +163,9 @@ def export_step_onnx(
             prop.key, prop.value = key, value
         prop = model.metadata_props.add()
         prop.key, prop.value = "qwen3_tts.opset", str(opset)
+        if graph_layout not in (None, DEFAULT_LAYOUT):
+            prop = model.metadata_props.add()
+            prop.key, prop.value = GRAPH_LAYOUT_KEY, graph_layout
         onnx.save(model, str(temporary))
         report = op_report(temporary)
         logger.info(

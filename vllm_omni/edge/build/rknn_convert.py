@@ -11,11 +11,18 @@ is :mod:`vllm_omni.edge.cli.rknn_convert`::
 ONNX only (either venv): ``--skip-rknn`` exports the checked ONNX step graph and stops,
 ``--check-only`` re-runs the check of an existing one.
 
-The simulator check streams at least 3 steps from a zero cache (the first step through the
-``first`` graph when there is one, the rest through ``main``, one shared cache) and compares with
-onnxruntime on the same graphs and, when the checkpoint is at hand, with the full decode. The
-fp16 bar is 40 dB against the full decode (against onnxruntime with ``--onnx`` alone); missing it
-raises :class:`SimulatorCheckError` and keeps ``accuracy_analysis`` beside the output.
+Graphs exported here use the NPU formulation (``--graph-layout time_on_height``,
+:mod:`vllm_omni.edge.graphs.npu_layout`), which keeps every register field of rk3588/rk3576 in
+range. A build whose toolkit log holds any ``REGTASK: The bit width of field value exceeds the
+limit`` line fails with :class:`RegisterOverflowError` unless ``--allow-register-overflow`` is
+given (the ``rockchip_npu`` builder never gives it); the count is in the report and the plan.
+
+The simulator check streams ``--check-steps`` (default 20) steps from a zero cache through one
+shared cache, mixing the ``first`` graph (when there is one: the first step and every fifth) with
+``main``, and compares with onnxruntime on the same graphs and, when the checkpoint is at hand,
+with the full decode, step by step. The fp16 bar is 40 dB against the full decode (against
+onnxruntime with ``--onnx`` alone); missing it raises :class:`SimulatorCheckError` and keeps
+``accuracy_analysis`` beside the output.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import resource
 import shutil
 import sys
 import time
@@ -34,31 +42,47 @@ from typing import Any
 import numpy as np
 
 from ..audio import snr_db
-from ..backends.onnx import graph_contract, op_report
+from ..backends.onnx import graph_contract, graph_layout, op_report
 from ..backends.onnxruntime import OnnxStepRunner
 from ..backends.rknn import BuiltEngine, RknnBuildError, build_engine, require_toolkit, toolkit_version
 from ..backends.rknn_runtime import RknnSimulatorStepRunner
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
 from ..errors import EdgeError, EdgeExportError
+from ..graphs.npu_layout import GRAPH_LAYOUTS, NPU_LAYOUT
 from ..graphs.step_contract import StepContractError
 from ..plan.construct import StepArtifact, stateful_plan
 from ..plan.model import DEFAULT_DEVICE_DIR, ExecPlan
-from ..runtime.stateful_decoder import StatefulDecoder
+from ..runtime.stateful_decoder import rope_angles
 from .steps import check_step_graph, export_checked_step
 
 logger = logging.getLogger(__name__)
 
 SIMULATOR_BAR_DB = 40.0
+FIRST_STEP_EVERY = 5  # the check's schedule: a first-size step at step 0, 5, 10, ... (one shared cache)
 # What a failed conversion reports in its JSON outcome (``status``), and how the builder says it.
 OUTCOME_REASONS = {
     "usage": "the converter refused its arguments",
     "below_bar": "the simulator check missed its bar",
     "failed": "a conversion stage failed",
+    "register_overflow": "the toolkit overflowed NPU register fields (REGTASK warnings)",
 }
 
 
 class ConvertUsageError(EdgeError):
     """Arguments that cannot make a conversion (sizes, a missing checkpoint, an unwritable output)."""
+
+
+class RegisterOverflowError(EdgeExportError):
+    """The toolkit printed REGTASK bit-width warnings: a board may truncate those fields and play wrong audio."""
+
+    def __init__(self, counts: dict[str, int], report_path: Path):
+        self.counts, self.report_path = counts, report_path
+        found = ", ".join(f"{role}: {count:,}" for role, count in counts.items())
+        super().__init__(
+            f"REGTASK 'bit width of field value exceeds the limit' warnings: expected 0, found {found} "
+            f"(report: {report_path}). Export the graph with --graph-layout {NPU_LAYOUT} (the rockchip_npu "
+            "builder does), or pass --allow-register-overflow to keep a simulator-only artifact"
+        )
 
 
 class SimulatorCheckError(EdgeExportError):
@@ -85,7 +109,9 @@ class ConvertRequest:
     skip_rknn: bool = False
     check_only: bool = False
     device_dir: str = DEFAULT_DEVICE_DIR
-    check_steps: int = 3
+    check_steps: int = 20
+    graph_layout: str = NPU_LAYOUT
+    allow_register_overflow: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,6 +154,8 @@ def run(args: ConvertRequest, report: Callable[[str], None] = logger.info) -> Co
         raise ConvertUsageError(
             f"--check-steps must be >= 3 (the check streams through the cache), found {args.check_steps}"
         )
+    if args.graph_layout not in GRAPH_LAYOUTS:
+        raise ConvertUsageError(f"--graph-layout must be one of {', '.join(GRAPH_LAYOUTS)}, found {args.graph_layout}")
     compile_rknn = not (args.skip_rknn or args.check_only)
     if args.onnx is None and not args.model_dir:
         raise ConvertUsageError(
@@ -165,7 +193,7 @@ def export_graphs(args: ConvertRequest, decoder, report: Callable[[str], None]) 
             snr = check_step_graph(decoder, path)
             report(f"{path}: onnxruntime stepwise vs full decode {snr:.1f} dB")
             continue
-        export_checked_step(decoder, sizes[role], path, opset=args.opset)
+        export_checked_step(decoder, sizes[role], path, opset=args.opset, graph_layout=args.graph_layout)
         contract = graph_contract(path)
         report(
             f"{path}: B={contract.step_frames} N={contract.cache_numel} head_dim={contract.head_dim} "
@@ -197,7 +225,9 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
     if "first" in graphs:
         outputs["first"] = rknn_main.with_name(graphs["first"].with_suffix(".rknn").name)
 
+    layouts = {role: graph_layout(path) for role, path in graphs.items()}
     engines: dict[str, BuiltEngine] = {}
+    peak_rss_mb: dict[str, int] = {}
     try:
         for role, path in graphs.items():
             contract = contracts[role]
@@ -212,10 +242,14 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
                 outputs=contract.output_shapes(),
             )
             report = engines[role].report
+            peak_rss_mb[role] = peak_rss_so_far_mb()
             say(
-                f"  {outputs[role].name}: {report.size_bytes / 1e6:.1f} MB in {report.build_seconds:.1f} s; "
-                f"REGTASK bit-width warnings: {report.regtask_warnings} (log: {report.log_path})"
+                f"  {outputs[role].name}: {report.size_bytes / 1e6:.1f} MB in {report.build_seconds:.1f} s "
+                f"(converter process peak RSS so far {peak_rss_mb[role]} MB); REGTASK bit-width warnings: "
+                f"{report.regtask_warnings} (log: {report.log_path})"
             )
+        overflow = {role: engine.report.regtask_warnings for role, engine in engines.items()}
+        overflow = {role: count for role, count in overflow.items() if count}
         check = simulator_check(args, graphs, contracts, engines, decoder)
     finally:
         for engine in engines.values():
@@ -227,39 +261,73 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
             {
                 "toolkit_version": toolkit_version(),
                 "target": args.target,
+                "graph_layout": layouts,
+                "regtask_warnings": {role: engine.report.regtask_warnings for role, engine in engines.items()},
+                "register_overflow_allowed": args.allow_register_overflow,
+                "peak_rss_mb": peak_rss_mb,
                 "engines": {role: vars(engine.report) for role, engine in engines.items()},
                 "simulator_check": check,
             },
             indent=2,
         )
     )
+    if overflow and not args.allow_register_overflow:
+        raise RegisterOverflowError(overflow, report_path)
     if not check["passed"]:
         raise SimulatorCheckError(check["verdict"], report_path)
-    plan, plan_path = write_plan(args, graphs, contracts, engines, check)
+    plan, plan_path = write_plan(args, graphs, contracts, engines, check, layouts)
     return ConvertResult(plan, plan_path, report_path, check)
 
 
-def simulator_check(args, graphs, contracts, engines, decoder) -> dict:
-    """Stream >= 3 steps through the simulator from a zero cache; compare with onnxruntime and the full decode."""
+def peak_rss_so_far_mb() -> int:
+    """Peak resident memory of this process (and any toolkit child), in MB: Linux reports ``ru_maxrss`` in KiB."""
+    usage = (resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return round(max(usage) / 1024)
+
+
+def check_schedule(contracts: dict, steps: int) -> list[str]:
+    """The roles of the check's steps: ``first`` at step 0 and every :data:`FIRST_STEP_EVERY`-th, else ``main``."""
+    if "first" not in contracts:
+        return ["main"] * steps
+    return ["first" if index % FIRST_STEP_EVERY == 0 else "main" for index in range(steps)]
+
+
+def stream_steps(runners: dict, contracts: dict, codes: np.ndarray, schedule: list[str]) -> np.ndarray:
+    """Run ``schedule`` over ``codes`` ([frames, Q]) from a zero cache, one cache shared by all roles."""
     main = contracts["main"]
-    first_frames = contracts["first"].step_frames if "first" in contracts else 0
-    frames = first_frames + args.check_steps * main.step_frames
+    inv_freq = np.asarray(main.rope_inv_freq, dtype=np.float32)
+    cache = np.zeros(main.cache_numel, dtype=np.float32)
+    position, pieces = 0, []
+    for role in schedule:
+        size = contracts[role].step_frames
+        block = np.ascontiguousarray(codes[position : position + size].T[None])
+        valid = np.array([min(position, main.kv_slots)], dtype=np.float32)
+        audio, cache = runners[role].run(block, rope_angles(position, size, inv_freq), valid, cache)
+        cache = np.asarray(cache, dtype=np.float32)
+        pieces.append(np.asarray(audio, dtype=np.float32).reshape(-1))
+        position += size
+    return np.concatenate(pieces)
+
+
+def simulator_check(args, graphs, contracts, engines, decoder) -> dict:
+    """Stream ``check_steps`` mixed first/main steps through the simulator; compare per step with the references."""
+    main = contracts["main"]
+    schedule = check_schedule(contracts, args.check_steps)
+    boundaries = [contracts[role].step_frames for role in schedule]
+    frames = sum(boundaries)
     rng = np.random.default_rng(1234)
     codes = rng.integers(0, main.codebook_size, size=(frames, main.num_quantizers), dtype=np.int64)
-    boundaries = ([first_frames] if first_frames else []) + [main.step_frames] * args.check_steps
-
-    def stream(runners: dict) -> np.ndarray:
-        decoder_ = StatefulDecoder(runners["main"], runners.get("first"))
-        return np.concatenate([decoder_.feed(codes), decoder_.flush()])
 
     started = time.perf_counter()
     simulated_runners = {
         role: RknnSimulatorStepRunner(graphs[role], contracts[role], args.target, engine=engines[role])
         for role in engines
     }
-    simulated = stream(simulated_runners)
+    simulated = stream_steps(simulated_runners, contracts, codes, schedule)
     sim_seconds = time.perf_counter() - started
-    reference_ort = stream({role: OnnxStepRunner(path) for role, path in graphs.items()})
+    reference_ort = stream_steps(
+        {role: OnnxStepRunner(path) for role, path in graphs.items()}, contracts, codes, schedule
+    )
     reference, against = reference_ort, "onnxruntime"
     result = {"frames": frames, "steps": boundaries, "simulator_seconds": round(sim_seconds, 2)}
     result["snr_db_vs_onnxruntime"] = snr_db(reference_ort, simulated)
@@ -277,18 +345,21 @@ def simulator_check(args, graphs, contracts, engines, decoder) -> dict:
         per_step.append(round(snr_db(reference[span], simulated[span]), 1))
         start += size
     result["per_step_snr_db"] = per_step
+    result["min_step_snr_db"] = min(per_step)
+    result["mean_step_snr_db"] = round(float(np.mean(per_step)), 2)
+    result["output_rms"] = float(np.sqrt(np.mean(np.square(reference))))
     result["max_abs_diff"] = float(np.abs(reference - simulated).max())
     overall = snr_db(reference, simulated)
     result["passed"] = overall >= SIMULATOR_BAR_DB
     result["verdict"] = (
-        f"simulator vs {against}: {overall:.1f} dB over {len(boundaries)} steps (per step {per_step}); "
+        f"simulator vs {against}: {overall:.1f} dB over {len(boundaries)} steps (per step min "
+        f"{min(per_step):.1f} / mean {result['mean_step_snr_db']:.1f} dB; output RMS {result['output_rms']:.3f}); "
         f"bar {SIMULATOR_BAR_DB:.0f} dB: {'passed' if result['passed'] else 'MISSED'}"
     )
     say(result["verdict"])
+    say(f"per-step SNR dB: {per_step}")
     if not result["passed"]:
-        result["accuracy_analysis"] = analyse_accuracy(
-            args, engines["first" if first_frames else "main"], simulated_runners["first" if first_frames else "main"]
-        )
+        result["accuracy_analysis"] = analyse_accuracy(args, engines[schedule[0]], simulated_runners[schedule[0]])
     return result
 
 
@@ -325,7 +396,7 @@ def _is_float(token: str) -> bool:
     return True
 
 
-def write_plan(args, graphs, contracts, engines, check):
+def write_plan(args, graphs, contracts, engines, check, layouts):
     model = {"id": str(args.model_dir or args.onnx), "checkpoint_sha256": None}
     if args.model_dir:
         model["checkpoint_sha256"] = checkpoint_sha256(resolve_speech_tokenizer(args.model_dir))
@@ -361,7 +432,12 @@ def write_plan(args, graphs, contracts, engines, check):
         build={
             "tools": {"rknn-toolkit2": toolkit_version()},
             "regtask_warnings": {role: engine.report.regtask_warnings for role, engine in engines.items()},
-            "simulator_check": {key: check[key] for key in ("frames", "steps", "per_step_snr_db", "verdict")},
+            "register_overflow_allowed": args.allow_register_overflow,
+            "graph_layout": layouts,
+            "simulator_check": {
+                key: check[key]
+                for key in ("frames", "steps", "per_step_snr_db", "min_step_snr_db", "mean_step_snr_db", "verdict")
+            },
         },
     )
     return plan, plan.write(directory)

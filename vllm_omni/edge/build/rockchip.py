@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import EdgeError, EdgeExportError
+from ..graphs.npu_layout import NPU_LAYOUT
 from ..hardware.registry import HardwareClass
 from ..plan.model import ExecPlan
 from ..plan.schema import ExecPlanError
@@ -57,7 +58,9 @@ def build_rknn(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan
             f"unknown target {target!r} for {hardware_class.name}; known: {', '.join(hardware_class.targets)}"
         )
     python = converter_python()  # before any export work
-    graphs, _ = export_steps(hardware_class, request)
+    # The NPU formulation keeps every register field in range (docs/build/rockchip-npu.md); the
+    # converter refuses any REGTASK warning, and this builder never allows one.
+    graphs, _ = export_steps(hardware_class, request, graph_layout=NPU_LAYOUT)
     kept = _kept_rknn_plan(request, target, {role: path for role, (path, _, _) in graphs.items()})
     if kept is not None:
         request.progress(f"kept the {target} .rknn steps of plan {kept.plan_id[:12]}: built from the same ONNX graphs")

@@ -98,14 +98,20 @@ def check_step_runners(
     return snr
 
 
-def export_checked_step(decoder: Qwen3TTSTokenizerV2Decoder, step_frames: int, path: Path, opset: int = 17) -> Path:
+def export_checked_step(
+    decoder: Qwen3TTSTokenizerV2Decoder,
+    step_frames: int,
+    path: Path,
+    opset: int = 17,
+    graph_layout: str | None = None,
+) -> Path:
     """Export a step graph and check it against the full decode before it is renamed into place."""
 
     def verify(temporary: Path) -> None:
         snr = check_step_graph(decoder, temporary)
         logger.info("step B=%d onnxruntime stepwise vs full decode: %.1f dB", step_frames, snr)
 
-    return export_step_onnx(decoder, step_frames, path, opset=opset, verify=verify)
+    return export_step_onnx(decoder, step_frames, path, opset=opset, verify=verify, graph_layout=graph_layout)
 
 
 def step_sizes(hardware_class: HardwareClass, request: BuildRequest) -> dict[str, int]:
@@ -125,18 +131,23 @@ def step_graph_form(hardware_class: HardwareClass) -> str:
 
 
 def export_steps(
-    hardware_class: HardwareClass, request: BuildRequest
+    hardware_class: HardwareClass, request: BuildRequest, graph_layout: str | None = None
 ) -> tuple[dict[str, tuple[Path, StepContract, float | None]], dict[str, str]]:
     """Export (or keep) the ONNX step graphs of ``request``; returns ``{role: (path, contract, snr)}`` and the model.
 
     CPU classes get one dynamic graph that every role runs (one copy of the weights); NPU classes a
-    static graph per step size. A kept graph (same checkpoint, same step sizes, same sha256 as
-    recorded) is checked again in onnxruntime against the full decode when ``request.check`` is set.
+    static graph per step size, in the formulation ``graph_layout`` picks (``None``: the default
+    one; the Rockchip builder passes ``time_on_height``, :mod:`vllm_omni.edge.graphs.npu_layout`),
+    which is part of the kept graphs' fingerprint. A kept graph (same checkpoint, same step sizes,
+    same sha256 as recorded) is checked again in onnxruntime against the full decode when
+    ``request.check`` is set.
     """
     sizes = step_sizes(hardware_class, request)
     form = step_graph_form(hardware_class)
     files = resolve_speech_tokenizer(request.model)
     fingerprint = {"checkpoint_sha256": checkpoint_sha256(files)}
+    if graph_layout is not None:  # the CPU builds' fingerprint stays as it was
+        fingerprint["graph_layout"] = graph_layout
     out_dir = Path(request.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_partial_files(out_dir)  # a killed build's half-written graphs
@@ -159,7 +170,7 @@ def export_steps(
             request.progress(f"{label}: kept {path.name} ({path.stat().st_size / 1e6:.1f} MB, intact)")
         else:
             request.progress(f"{label}: exporting {path.name} ({form} form)")
-            export_step_onnx(decoder(), frames, path, form=form)
+            export_step_onnx(decoder(), frames, path, form=form, graph_layout=graph_layout)
         snr = None
         if request.check:  # kept graphs too: verification, not hope
             try:

@@ -1,8 +1,9 @@
 """``python -m vllm_omni.edge.cli.rknn_convert`` (converter venv): compile step graphs to ``.rknn``, check, plan.
 
 The library is :mod:`vllm_omni.edge.build.rknn_convert`. Exit codes: 0 done, 1 a failed stage,
-2 bad arguments, 4 the simulator check missed the bar. ``--outcome-json FILE`` also writes the
-outcome as JSON (``status``: ``ok``, ``usage``, ``failed``, ``below_bar``; ``error``; ``plan``,
+2 bad arguments, 4 the simulator check missed the bar, 5 REGTASK register-overflow warnings
+(without ``--allow-register-overflow``). ``--outcome-json FILE`` also writes the
+outcome as JSON (``status``: ``ok``, ``usage``, ``failed``, ``below_bar``, ``register_overflow``; ``error``; ``plan``,
 ``report``): what the ``rockchip_npu`` builder reads instead of the exit code.
 """
 
@@ -20,7 +21,8 @@ from ..errors import EdgeError
 from ..plan.model import DEFAULT_DEVICE_DIR, session_option
 from .types import add_checkpoint_argument
 
-EXIT_CODES = {"ok": 0, "failed": 1, "usage": 2, "below_bar": 4}
+EXIT_CODES = {"ok": 0, "failed": 1, "usage": 2, "below_bar": 4, "register_overflow": 5}
+GRAPH_LAYOUT_CHOICES = ("time_on_height", "time_on_width")  # vllm_omni.edge.graphs.npu_layout (no torch here)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +42,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-rknn", action="store_true", help="stop after the ONNX step graph")
     parser.add_argument("--check-only", action="store_true", help="only run the self-check of an existing graph")
     parser.add_argument("--device-dir", default=DEFAULT_DEVICE_DIR, help="where the artifacts go on the board")
-    parser.add_argument("--check-steps", type=int, default=3, help="main steps in the simulator check (>= 3)")
+    parser.add_argument(
+        "--check-steps", type=int, default=20, help="steps in the simulator check (>= 3; first/main mixed)"
+    )
+    parser.add_argument(
+        "--graph-layout",
+        choices=GRAPH_LAYOUT_CHOICES,
+        default="time_on_height",
+        help="formulation of graphs exported here (time_on_height: the NPU one, no register overflow)",
+    )
+    parser.add_argument(
+        "--allow-register-overflow",
+        action="store_true",
+        help="keep a build whose toolkit log has REGTASK bit-width warnings (simulator only; a board may differ)",
+    )
     parser.add_argument("--outcome-json", type=Path, help="also write the outcome here as JSON")
     return parser
 
@@ -48,7 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
-    from ..build.rknn_convert import ConvertRequest, ConvertUsageError, SimulatorCheckError, run
+    from ..build.rknn_convert import (
+        ConvertRequest,
+        ConvertUsageError,
+        RegisterOverflowError,
+        SimulatorCheckError,
+        run,
+    )
 
     options = {key: value for key, value in vars(args).items() if key != "outcome_json"}
     outcome: dict[str, Any] = {"status": "ok", "error": None, "plan": None, "report": None}
@@ -56,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run(ConvertRequest(**options), report=print)
     except ConvertUsageError as exc:
         outcome |= {"status": "usage", "error": str(exc)}
+    except RegisterOverflowError as exc:
+        outcome |= {"status": "register_overflow", "error": str(exc), "report": str(exc.report_path)}
     except SimulatorCheckError as exc:
         outcome |= {"status": "below_bar", "error": str(exc), "report": str(exc.report_path)}
     except EdgeError as exc:

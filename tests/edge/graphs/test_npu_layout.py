@@ -1,0 +1,61 @@
+"""The Rockchip NPU formulation (time on the height axis, polyphase dilated convs): same function, static graph."""
+
+import numpy as np
+import pytest
+import torch
+
+from vllm_omni.edge.audio import snr_db
+from vllm_omni.edge.graphs.npu_layout import NPU_LAYOUT, Code2WavNpuStep, step_class
+from vllm_omni.edge.graphs.stateful import Code2WavStep, TorchStepRunner
+from vllm_omni.edge.runtime import StatefulDecoder
+from vllm_omni.edge.testing.codes import random_codes
+
+
+def test_the_npu_step_streams_the_cpu_steps_audio_and_cache(small_decoder):
+    frames = random_codes(38, seed=3)[0].T.numpy()  # first B=2, then B=4 steps, then a padded flush
+    with torch.inference_mode():
+        full = small_decoder(torch.from_numpy(frames.T[None].copy()))[0, 0].numpy()
+    outputs = {}
+    for cls in (Code2WavStep, Code2WavNpuStep):
+        decoder = StatefulDecoder(TorchStepRunner(cls(small_decoder, 4)), first=TorchStepRunner(cls(small_decoder, 2)))
+        outputs[cls] = np.concatenate([decoder.feed(frames), decoder.flush()])
+    assert np.abs(outputs[Code2WavNpuStep] - outputs[Code2WavStep]).max() < 1e-5
+    assert snr_db(full, outputs[Code2WavNpuStep]) > 100
+
+
+def test_one_step_gives_the_same_cache_as_the_cpu_step(small_decoder):
+    cpu, npu = Code2WavStep(small_decoder, 4), Code2WavNpuStep(small_decoder, 4)
+    rng = np.random.default_rng(0)
+    inputs = list(cpu.example_inputs())
+    inputs[0] = torch.from_numpy(rng.integers(0, 2048, size=(1, 16, 4)))
+    inputs[3] = torch.from_numpy(rng.standard_normal(cpu.contract.cache_numel).astype(np.float32))
+    inputs[2] = torch.tensor([5.0])
+    with torch.inference_mode():
+        (audio_cpu, cache_cpu), (audio_npu, cache_npu) = cpu(*inputs), npu(*inputs)
+    assert torch.allclose(cache_cpu, cache_npu, atol=1e-5) and torch.allclose(audio_cpu, audio_npu, atol=1e-5)
+
+
+def test_the_npu_graph_is_static_records_its_layout_and_has_no_dilated_conv(small_decoder, tmp_path):
+    import onnx
+
+    from vllm_omni.edge.backends.onnx import export_step_onnx, graph_layout, op_report
+
+    npu = export_step_onnx(small_decoder, 4, tmp_path / "npu.onnx", graph_layout=NPU_LAYOUT)
+    cpu = export_step_onnx(small_decoder, 4, tmp_path / "cpu.onnx")
+    assert graph_layout(npu) == NPU_LAYOUT and graph_layout(cpu) == "time_on_width"
+    assert "qwen3_tts.graph_layout" not in {p.key for p in onnx.load(str(cpu)).metadata_props}
+    report = op_report(npu)
+    assert not report.risky, report.summary()  # no Shape, ConstantOfShape, Pad, Neg, ...
+    assert not {"Shape", "ConstantOfShape", "Pad", "Tile", "Expand", "Where"} & set(report.op_counts)
+    for node in onnx.load(str(npu)).graph.node:
+        if node.op_type == "Conv":
+            dilations = [list(a.ints) for a in node.attribute if a.name == "dilations"]
+            assert all(d == [1] * len(d) for d in dilations), node.name
+
+
+def test_an_unknown_layout_is_one_clear_error():
+    from vllm_omni.edge.errors import EdgeExportError
+
+    assert step_class("time_on_width") is Code2WavStep and step_class(NPU_LAYOUT) is Code2WavNpuStep
+    with pytest.raises(EdgeExportError, match="known: time_on_width, time_on_height"):
+        step_class("time_on_depth")

@@ -1,0 +1,195 @@
+"""The Rockchip NPU formulation of the stateful step: the waveform stage with time on the height axis.
+
+rknn-toolkit2 2.5.0 writes a tensor's width into 13-bit (rk3588, limit 8,191) or 14-bit (rk3576,
+limit 16,383) register fields. The waveform blocks run 2,560 / 10,240 / 30,720 samples at B=16
+(122,880 at B=64), so as 1-D convolutions (time = width) they overflow those fields: the toolkit
+prints "REGTASK: The bit width of field value exceeds the limit" and a board may truncate them.
+Measured on one-op graphs at the released channel counts and lengths (see docs/build/rockchip-npu.md):
+
+- a dilated conv (k=7, dilation 9) overflows even at width 8,000 (the toolkit unrolls the
+  dilation into a ``7 * width`` field) and took 271 s to compile at 122,880;
+- with time on the *height* axis (``[1, C, T, 1]``, which is the same memory order) plain
+  convolutions, ConvTranspose, SnakeBeta, Concat and Slice along time stay clean on both SoCs;
+- a dilated conv is exact as a polyphase conv: ``[1, C, L, 1] -> [1, C, L / d, d]`` puts the
+  ``d`` phases on the width, and the dilation-``d`` kernel becomes a plain ``(k, 1)`` kernel
+  (0 warnings, about 1 s to compile at 122,880 samples).
+
+:class:`Code2WavNpuStep` keeps the contract, the flat cache layout and the transformer and
+upsample stages of :class:`~.stateful.Code2WavStep` (whose CPU formulation it leaves alone) and
+rewrites the waveform stage that way. The graph computes the same function (checked against the
+full decode in onnxruntime like every step graph).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
+    Attention,
+    CausalConv1d,
+    CausalConvTranspose1d,
+    DecoderBlock,
+    ResidualUnit,
+    SnakeBeta,
+)
+
+from ..errors import EdgeExportError
+from .stateful import MASK_VALUE, Code2WavStep, _CacheIO, conv_tail, shifted_eye, transpose_tail
+
+# Names a step graph's formulation; recorded in the graph's metadata and the plan.
+DEFAULT_LAYOUT = "time_on_width"
+NPU_LAYOUT = "time_on_height"
+GRAPH_LAYOUTS = (DEFAULT_LAYOUT, NPU_LAYOUT)
+
+
+def _snake(module: SnakeBeta, hidden: torch.Tensor) -> torch.Tensor:
+    """SnakeBeta on ``[1, C, T, 1]`` (its folded constants are ``[1, C, 1]``)."""
+    if module.alpha_exp is None:
+        alpha_exp, beta_inv = module.constants()
+    else:
+        alpha_exp, beta_inv = module.alpha_exp, module.beta_inv
+    return hidden + beta_inv[..., None] * torch.pow(torch.sin(hidden * alpha_exp[..., None]), 2)
+
+
+class Code2WavNpuStep(Code2WavStep):
+    """:class:`~.stateful.Code2WavStep` whose waveform stage runs as ``[1, C, T, 1]`` (``NPU_LAYOUT``)."""
+
+    graph_layout = NPU_LAYOUT
+
+    def _attention(
+        self,
+        cache: _CacheIO,
+        name: str,
+        attn: Attention,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin_signed: torch.Tensor,
+        bias: torch.Tensor,
+    ) -> torch.Tensor:
+        """:meth:`Code2WavStep._attention` with grouped K/V repeated by a static Expand."""
+        frames = hidden.shape[1]
+        heads, kv_heads, head_dim = attn.num_heads, attn.num_kv_heads, attn.head_dim
+        query = attn.q_proj(hidden).view(frames, heads, head_dim).transpose(0, 1)
+        key = attn.k_proj(hidden).view(frames, kv_heads, head_dim).transpose(0, 1)
+        value = attn.v_proj(hidden).view(frames, kv_heads, head_dim).transpose(0, 1)
+        half = head_dim // 2
+        query = query * cos + torch.cat([query[..., half:], query[..., :half]], dim=-1) * sin_signed
+        key = key * cos + torch.cat([key[..., half:], key[..., :half]], dim=-1) * sin_signed
+        keys = torch.matmul(self.select_history, cache.read(f"{name}.key")) + torch.matmul(self.select_new, key)
+        values = torch.matmul(self.select_history, cache.read(f"{name}.value")) + torch.matmul(self.select_new, value)
+        cache.write(f"{name}.key", torch.matmul(self.select_next, keys))
+        cache.write(f"{name}.value", torch.matmul(self.select_next, values))
+        groups = heads // kv_heads
+        if groups > 1:
+            # A constant selection matmul (repeat_interleave traces to Tile + Shape, expand to ConstantOfShape).
+            select = shifted_eye(heads, heads, 0).reshape(heads, kv_heads, groups).sum(-1).to(keys.dtype)
+            count = keys.shape[1]
+            keys = torch.matmul(select, keys.reshape(kv_heads, count * head_dim)).reshape(heads, count, head_dim)
+            values = torch.matmul(select, values.reshape(kv_heads, count * head_dim)).reshape(heads, count, head_dim)
+        scores = torch.matmul(query, keys.transpose(1, 2)) * attn.scaling + bias
+        weights = torch.softmax(scores, dim=-1)
+        attended = torch.matmul(weights, values).transpose(0, 1).reshape(1, frames, heads * head_dim)
+        return attn.o_proj(attended)
+
+    def _conv_h(self, cache: _CacheIO, name: str, module: CausalConv1d, hidden: torch.Tensor) -> torch.Tensor:
+        """Causal conv on ``[1, C, T, 1]``; dilation ``d > 1`` runs polyphase on ``[1, C, L / d, d]``."""
+        conv = module.conv
+        weight = conv.weight[..., None]  # [out, in, k, 1]
+        # int(): static sizes, so the graph holds no Shape/ConstantOfShape (the step's sizes are fixed).
+        tail, dilation, frames, channels = conv_tail(module), conv.dilation[0], int(hidden.shape[2]), conv.in_channels
+        if tail == 0:
+            return F.conv2d(hidden, weight, conv.bias, groups=conv.groups)
+        parts = [cache.read(name)[None, :, :, None], hidden]
+        joined = torch.cat(parts, dim=2)
+        cache.write(name, joined[0, :, -tail:, 0])
+        if dilation == 1:
+            return F.conv2d(joined, weight, conv.bias, groups=conv.groups)
+        # Polyphase: sample t = q * d + p sits at [q, p]; left zeros make the length a multiple of d
+        # (they only feed outputs that are cut off again).
+        extra = (-frames) % dilation
+        if extra:
+            joined = torch.cat([torch.zeros(1, channels, extra, 1, dtype=joined.dtype), joined], dim=2)
+        length = tail + frames + extra
+        phases = joined.reshape(1, channels, length // dilation, dilation)
+        out = F.conv2d(phases, weight, conv.bias, groups=conv.groups)
+        out = out.reshape(1, conv.out_channels, frames + extra, 1)
+        return out[:, :, extra:] if extra else out
+
+    def _transpose_h(
+        self, cache: _CacheIO, name: str, module: CausalConvTranspose1d, hidden: torch.Tensor
+    ) -> torch.Tensor:
+        conv = module.conv
+        weight = conv.weight[..., None]  # [in, out, k, 1]
+        tail, stride, frames = transpose_tail(module), module.stride, int(hidden.shape[2])
+        if tail == 0:
+            return F.conv_transpose2d(hidden, weight, conv.bias, stride=(stride, 1))[:, :, : frames * stride]
+        joined = torch.cat([cache.read(name)[None, :, :, None], hidden], dim=2)
+        cache.write(name, joined[0, :, -tail:, 0])
+        out = F.conv_transpose2d(joined, weight, conv.bias, stride=(stride, 1))
+        return out[:, :, tail * stride : (tail + frames) * stride]
+
+    def _residual_h(self, cache: _CacheIO, name: str, unit: ResidualUnit, hidden: torch.Tensor) -> torch.Tensor:
+        branch = self._conv_h(cache, f"{name}.conv1", unit.conv1, _snake(unit.act1, hidden))
+        conv2 = unit.conv2.conv
+        return hidden + F.conv2d(_snake(unit.act2, branch), conv2.weight[..., None], conv2.bias)
+
+    def waveform(self, cache: _CacheIO, hidden: torch.Tensor) -> torch.Tensor:
+        """``decoder.*`` on ``[1, C, T]`` latents; returns the clamped audio, flat."""
+        hidden = hidden[..., None]
+        for index, module in enumerate(self.decoder.decoder):
+            name = f"decoder.{index}"
+            if isinstance(module, CausalConv1d):
+                hidden = self._conv_h(cache, name, module, hidden)
+            elif isinstance(module, DecoderBlock):
+                hidden = _snake(module.block[0], hidden)
+                hidden = self._transpose_h(cache, f"{name}.block.1", module.block[1], hidden)
+                for unit_index, unit in enumerate(module.block[2:], start=2):
+                    hidden = self._residual_h(cache, f"{name}.block.{unit_index}", unit, hidden)
+            elif isinstance(module, SnakeBeta):
+                hidden = _snake(module, hidden)
+            else:  # a module this formulation does not know: refuse at trace time, never guess
+                raise EdgeExportError(f"{name}: {type(module).__name__} has no {NPU_LAYOUT} formulation")
+        return torch.clamp(hidden, min=-1.0, max=1.0).reshape(-1)
+
+    def forward(
+        self, audio_codes: torch.Tensor, freqs_in: torch.Tensor, cache_valid: torch.Tensor, cache_in: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Same inputs, outputs and cache as :meth:`Code2WavStep.forward`."""
+        decoder, cache = self.decoder, _CacheIO(self.contract.layout, cache_in)
+        hidden = decoder.quantizer.decode(audio_codes)
+        hidden = self._conv(cache, "pre_conv", decoder.pre_conv, hidden).transpose(1, 2)
+
+        transformer = decoder.pre_transformer
+        angles = torch.cat([freqs_in, freqs_in], dim=-1)
+        cos, sin_signed = torch.cos(angles), torch.sin(angles) * self.rotate_sign
+        unwritten = torch.clamp(self.slot_threshold - cache_valid, min=0.0, max=1.0)
+        bias = self.mask_grid + unwritten * MASK_VALUE
+        hidden = transformer.input_proj(hidden)
+        for index, layer in enumerate(transformer.layers):
+            attended = self._attention(
+                cache,
+                f"pre_transformer.layers.{index}",
+                layer.self_attn,
+                layer.input_layernorm(hidden),
+                cos,
+                sin_signed,
+                bias,
+            )
+            hidden = hidden + layer.self_attn_layer_scale(attended)
+            hidden = hidden + layer.mlp_layer_scale(layer.mlp(layer.post_attention_layernorm(hidden)))
+        hidden = transformer.output_proj(transformer.norm(hidden)).transpose(1, 2)
+
+        for index, (transpose_conv, convnext) in enumerate(decoder.upsample):
+            hidden = self._transpose(cache, f"upsample.{index}.0", transpose_conv, hidden)
+            hidden = self._convnext(cache, f"upsample.{index}.1", convnext, hidden)
+        return self.waveform(cache, hidden), cache.output()
+
+
+def step_class(graph_layout: str) -> type[Code2WavStep]:
+    """The step module of ``graph_layout`` (``time_on_width``: the default CPU formulation)."""
+    if graph_layout == DEFAULT_LAYOUT:
+        return Code2WavStep
+    if graph_layout == NPU_LAYOUT:
+        return Code2WavNpuStep
+    raise EdgeExportError(f"unknown step graph layout {graph_layout!r}; known: {', '.join(GRAPH_LAYOUTS)}")
