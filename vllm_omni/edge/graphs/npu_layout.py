@@ -35,7 +35,7 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts
 )
 
 from ..errors import EdgeExportError
-from .stateful import MASK_VALUE, Code2WavStep, _CacheIO, conv_tail, shifted_eye, transpose_tail
+from .stateful import Code2WavStep, _CacheIO, conv_tail, shifted_eye, transpose_tail
 
 # Names a step graph's formulation; recorded in the graph's metadata and the plan.
 DEFAULT_LAYOUT = "time_on_width"
@@ -135,7 +135,11 @@ class Code2WavNpuStep(Code2WavStep):
         return hidden + F.conv2d(_snake(unit.act2, branch), conv2.weight[..., None], conv2.bias)
 
     def waveform(self, cache: _CacheIO, hidden: torch.Tensor) -> torch.Tensor:
-        """``decoder.*`` on ``[1, C, T]`` latents; returns the clamped audio, flat."""
+        """``decoder.*`` on ``[1, C, T]`` latents with time on the height axis; returns the clamped audio, flat.
+
+        Everything before the waveform blocks (codebooks, transformer, upsampler) is
+        :class:`Code2WavStep`'s: only this part is formulated differently.
+        """
         hidden = hidden[..., None]
         for index, module in enumerate(self.decoder.decoder):
             name = f"decoder.{index}"
@@ -151,39 +155,6 @@ class Code2WavNpuStep(Code2WavStep):
             else:  # a module this formulation does not know: refuse at trace time, never guess
                 raise EdgeExportError(f"{name}: {type(module).__name__} has no {NPU_LAYOUT} formulation")
         return torch.clamp(hidden, min=-1.0, max=1.0).reshape(-1)
-
-    def forward(
-        self, audio_codes: torch.Tensor, freqs_in: torch.Tensor, cache_valid: torch.Tensor, cache_in: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Same inputs, outputs and cache as :meth:`Code2WavStep.forward`."""
-        decoder, cache = self.decoder, _CacheIO(self.contract.layout, cache_in)
-        hidden = decoder.quantizer.decode(audio_codes)
-        hidden = self._conv(cache, "pre_conv", decoder.pre_conv, hidden).transpose(1, 2)
-
-        transformer = decoder.pre_transformer
-        angles = torch.cat([freqs_in, freqs_in], dim=-1)
-        cos, sin_signed = torch.cos(angles), torch.sin(angles) * self.rotate_sign
-        unwritten = torch.clamp(self.slot_threshold - cache_valid, min=0.0, max=1.0)
-        bias = self.mask_grid + unwritten * MASK_VALUE
-        hidden = transformer.input_proj(hidden)
-        for index, layer in enumerate(transformer.layers):
-            attended = self._attention(
-                cache,
-                f"pre_transformer.layers.{index}",
-                layer.self_attn,
-                layer.input_layernorm(hidden),
-                cos,
-                sin_signed,
-                bias,
-            )
-            hidden = hidden + layer.self_attn_layer_scale(attended)
-            hidden = hidden + layer.mlp_layer_scale(layer.mlp(layer.post_attention_layernorm(hidden)))
-        hidden = transformer.output_proj(transformer.norm(hidden)).transpose(1, 2)
-
-        for index, (transpose_conv, convnext) in enumerate(decoder.upsample):
-            hidden = self._transpose(cache, f"upsample.{index}.0", transpose_conv, hidden)
-            hidden = self._convnext(cache, f"upsample.{index}.1", convnext, hidden)
-        return self.waveform(cache, hidden), cache.output()
 
 
 def step_class(graph_layout: str) -> type[Code2WavStep]:

@@ -338,7 +338,14 @@ class Code2WavStep(nn.Module):
         for index, (transpose_conv, convnext) in enumerate(decoder.upsample):
             hidden = self._transpose(cache, f"upsample.{index}.0", transpose_conv, hidden)
             hidden = self._convnext(cache, f"upsample.{index}.1", convnext, hidden)
-        for index, module in enumerate(decoder.decoder):
+        return self.waveform(cache, hidden), cache.output()
+
+    def waveform(self, cache: _CacheIO, hidden: torch.Tensor) -> torch.Tensor:
+        """``decoder.*`` (the waveform blocks) on ``[1, C, T]`` latents; returns the clamped audio, flat.
+
+        The part a formulation for another device replaces (:mod:`.npu_layout`).
+        """
+        for index, module in enumerate(self.decoder.decoder):
             name = f"decoder.{index}"
             if isinstance(module, CausalConv1d):
                 hidden = self._conv(cache, name, module, hidden)
@@ -349,8 +356,7 @@ class Code2WavStep(nn.Module):
                     hidden = self._residual(cache, f"{name}.block.{unit_index}", unit, hidden)
             else:
                 hidden = self._activation(module, hidden)
-        audio = torch.clamp(hidden, min=-1.0, max=1.0).reshape(-1)
-        return audio, cache.output()
+        return torch.clamp(hidden, min=-1.0, max=1.0).reshape(-1)
 
     def example_inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         shapes = self.contract.input_shapes()
