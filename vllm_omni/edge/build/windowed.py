@@ -167,17 +167,10 @@ def export_windowed_programs(
         else:
             entry = _export_one(wrapper, window, backend, out_dir, progress, label)
         if request.check:  # kept programs too: verification, not hope
-            path = out_dir / entry.path
-            try:
-                check = check_against_eager(wrapper, path, entry, skeleton, tolerance)
-            except EdgeExportError:
-                path.unlink(missing_ok=True)
-                _drop_manifest_naming(out_dir, entry.path)
-                raise
-            entry = dataclasses.replace(entry, check=check)
+            entry = _checked(wrapper, out_dir / entry.path, entry, skeleton, tolerance)
             progress(
-                f"{label}: checked in {backend.name}: max|diff| {check['max_abs_diff']:.2e}, "
-                f"SNR {check['snr_db']:.1f} dB vs eager"
+                f"{label}: checked in {backend.name}: max|diff| {entry.check['max_abs_diff']:.2e}, "
+                f"SNR {entry.check['snr_db']:.1f} dB vs eager"
             )
         entries.append(entry)
         state.record(window.name, entry.to_json())
@@ -186,6 +179,19 @@ def export_windowed_programs(
     path = manifest.write(out_dir)
     progress(f"wrote {path} ({len(entries)} programs)")
     return manifest
+
+
+def _checked(
+    wrapper: WindowedCode2Wav, path: Path, entry: ProgramEntry, skeleton: WindowedManifest, tolerance: float
+) -> ProgramEntry:
+    """``entry`` with its check against eager; a program that fails it is deleted (and unlisted) first."""
+    try:
+        check = check_against_eager(wrapper, path, entry, skeleton, tolerance)
+    except EdgeExportError:
+        path.unlink(missing_ok=True)
+        _drop_manifest_naming(skeleton.directory, entry.path)
+        raise
+    return dataclasses.replace(entry, check=check)
 
 
 ONE_PROGRAM_STEM = "windows"
@@ -215,16 +221,10 @@ def _one_program(
     checked = []
     for entry in entries:
         if check:  # kept programs too: verification, not hope
-            try:
-                result = check_against_eager(wrappers[entry.name], path, entry, skeleton, tolerance)
-            except EdgeExportError:
-                path.unlink(missing_ok=True)
-                _drop_manifest_naming(out_dir, entry.path)
-                raise
-            entry = dataclasses.replace(entry, check=result)
+            entry = _checked(wrappers[entry.name], path, entry, skeleton, tolerance)
             progress(
                 f"{entry.name}: method of {path.name} checked in {backend.name}: max|diff| "
-                f"{result['max_abs_diff']:.2e}, SNR {result['snr_db']:.1f} dB vs eager"
+                f"{entry.check['max_abs_diff']:.2e}, SNR {entry.check['snr_db']:.1f} dB vs eager"
             )
         checked.append(entry)
     state.record(
