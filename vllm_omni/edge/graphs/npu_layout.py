@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
-    Attention,
     CausalConv1d,
     CausalConvTranspose1d,
     DecoderBlock,
@@ -57,40 +56,15 @@ class Code2WavNpuStep(Code2WavStep):
 
     graph_layout = NPU_LAYOUT
 
-    def _attention(
-        self,
-        cache: _CacheIO,
-        name: str,
-        attn: Attention,
-        hidden: torch.Tensor,
-        cos: torch.Tensor,
-        sin_signed: torch.Tensor,
-        bias: torch.Tensor,
-    ) -> torch.Tensor:
-        """:meth:`Code2WavStep._attention` with grouped K/V repeated by a static Expand."""
-        frames = hidden.shape[1]
-        heads, kv_heads, head_dim = attn.num_heads, attn.num_kv_heads, attn.head_dim
-        query = attn.q_proj(hidden).view(frames, heads, head_dim).transpose(0, 1)
-        key = attn.k_proj(hidden).view(frames, kv_heads, head_dim).transpose(0, 1)
-        value = attn.v_proj(hidden).view(frames, kv_heads, head_dim).transpose(0, 1)
-        half = head_dim // 2
-        query = query * cos + torch.cat([query[..., half:], query[..., :half]], dim=-1) * sin_signed
-        key = key * cos + torch.cat([key[..., half:], key[..., :half]], dim=-1) * sin_signed
-        keys = torch.matmul(self.select_history, cache.read(f"{name}.key")) + torch.matmul(self.select_new, key)
-        values = torch.matmul(self.select_history, cache.read(f"{name}.value")) + torch.matmul(self.select_new, value)
-        cache.write(f"{name}.key", torch.matmul(self.select_next, keys))
-        cache.write(f"{name}.value", torch.matmul(self.select_next, values))
-        groups = heads // kv_heads
-        if groups > 1:
-            # A constant selection matmul (repeat_interleave traces to Tile + Shape, expand to ConstantOfShape).
-            select = shifted_eye(heads, heads, 0).reshape(heads, kv_heads, groups).sum(-1).to(keys.dtype)
-            count = keys.shape[1]
-            keys = torch.matmul(select, keys.reshape(kv_heads, count * head_dim)).reshape(heads, count, head_dim)
-            values = torch.matmul(select, values.reshape(kv_heads, count * head_dim)).reshape(heads, count, head_dim)
-        scores = torch.matmul(query, keys.transpose(1, 2)) * attn.scaling + bias
-        weights = torch.softmax(scores, dim=-1)
-        attended = torch.matmul(weights, values).transpose(0, 1).reshape(1, frames, heads * head_dim)
-        return attn.o_proj(attended)
+    def _repeat_kv(self, keys: torch.Tensor, values: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Grouped K/V repeated by a constant selection matmul (repeat_interleave traces to Tile + Shape,
+        expand to ConstantOfShape)."""
+        kv_heads, count, head_dim = keys.shape
+        heads = kv_heads * groups
+        select = shifted_eye(heads, heads, 0).reshape(heads, kv_heads, groups).sum(-1).to(keys.dtype)
+        keys = torch.matmul(select, keys.reshape(kv_heads, count * head_dim)).reshape(heads, count, head_dim)
+        values = torch.matmul(select, values.reshape(kv_heads, count * head_dim)).reshape(heads, count, head_dim)
+        return keys, values
 
     def _conv_h(self, cache: _CacheIO, name: str, module: CausalConv1d, hidden: torch.Tensor) -> torch.Tensor:
         """Causal conv on ``[1, C, T, 1]``; dilation ``d > 1`` runs polyphase on ``[1, C, L / d, d]``."""

@@ -290,12 +290,15 @@ class Code2WavStep(nn.Module):
             cache.write(f"{name}.value", torch.matmul(self.select_next, values))
         groups = heads // kv_heads
         if groups > 1:
-            keys = keys.repeat_interleave(groups, dim=0)
-            values = values.repeat_interleave(groups, dim=0)
+            keys, values = self._repeat_kv(keys, values, groups)
         scores = torch.matmul(query, keys.transpose(1, 2)) * attn.scaling + bias
         weights = torch.softmax(scores, dim=-1)
         attended = torch.matmul(weights, values).transpose(0, 1).reshape(1, frames, heads * head_dim)
         return attn.o_proj(attended)
+
+    def _repeat_kv(self, keys: torch.Tensor, values: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Grouped-query attention: each K/V head serves ``groups`` query heads."""
+        return keys.repeat_interleave(groups, dim=0), values.repeat_interleave(groups, dim=0)
 
     # -- the step ---------------------------------------------------------------------------------
 
