@@ -25,7 +25,6 @@ import os
 import re
 import sys
 import tempfile
-import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from ..graphs.step_contract import StepContract, StepContractError
 from ..graphs.window_contract import WindowContract
 from ..plan.model import ExecPlan
 from ..plan.schema import ExecPlanError
-from .registry import BackendUnavailableError, RunnerOptions
+from .registry import BackendUnavailableError, LoadedWhileHeld, RunnerOptions
 from .window_programs import WindowProgramBackend, check_program_metadata
 
 PARTITIONERS = ("xnnpack", "coreml", "none")
@@ -336,7 +335,7 @@ class ExecuTorchBackend(WindowProgramBackend):
 
 
 # Programs loaded while some runner still holds them, by (file, identity): the methods of one file share one.
-_LOADED_PROGRAMS: weakref.WeakValueDictionary[tuple[str, str], Any] = weakref.WeakValueDictionary()
+_LOADED_PROGRAMS = LoadedWhileHeld()
 
 
 def shared_program(path: Path, identity: str | None = None) -> Any:
@@ -347,12 +346,7 @@ def shared_program(path: Path, identity: str | None = None) -> Any:
     if identity is None:
         stat = path.stat()
         identity = f"{stat.st_size}:{stat.st_mtime_ns}"
-    key = (str(path.resolve()), identity)
-    program = _LOADED_PROGRAMS.get(key)
-    if program is None:
-        program = load_program(path)
-        _LOADED_PROGRAMS[key] = program
-    return program
+    return _LOADED_PROGRAMS.get((str(path.resolve()), identity), lambda: load_program(path))
 
 
 def _shared_program(plan: ExecPlan, role: str) -> Any:

@@ -12,8 +12,6 @@ seconds. The first open of a graph on a device saves the optimized model in the 
 from __future__ import annotations
 
 import os
-import threading
-import weakref
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +21,7 @@ from ..graphs.step_contract import INPUT_NAMES, OUTPUT_NAMES, StepContract
 from ..plan.model import ExecPlan
 from ..plan.schema import ExecPlanError
 from .onnxruntime_cache import CPU, OptimizedModelCache, onnxruntime_module, session_options
-from .registry import RunnerOptions
+from .registry import LoadedWhileHeld, RunnerOptions
 
 
 class OnnxStepGraph:
@@ -97,20 +95,17 @@ class OnnxRuntimeBackend:
     graph_kind = "stateful"
 
     def __init__(self) -> None:
-        self._graphs: weakref.WeakValueDictionary[tuple, OnnxStepGraph] = weakref.WeakValueDictionary()
-        self._lock = threading.Lock()
+        self._graphs = LoadedWhileHeld()
 
     def open_graph(self, plan: ExecPlan, role: str, options: RunnerOptions) -> OnnxStepGraph:
-        artifact = plan.artifacts[role]
-        path = plan.path(role)
+        artifact, path = plan.artifacts[role], plan.path(role)
         key = (str(path.resolve()), artifact.sha256, options.threads, options.prepack)
-        with self._lock:
-            graph = self._graphs.get(key)
-            if graph is None:
-                cache = OptimizedModelCache.default()
-                graph = OnnxStepGraph(path, options.threads, cache, artifact.sha256, options.prepack)
-                self._graphs[key] = graph
-        return graph
+        return self._graphs.get(
+            key,
+            lambda: OnnxStepGraph(
+                path, options.threads, OptimizedModelCache.default(), artifact.sha256, options.prepack
+            ),
+        )
 
     def open_runner(self, plan: ExecPlan, role: str, options: RunnerOptions) -> OnnxStepRunner:
         graph = self.open_graph(plan, role, options)

@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
+import weakref
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
@@ -69,6 +72,27 @@ class RunnerOptions:
     threads: int | None = None
     rknn_runtime: str = "auto"
     prepack: bool = False
+
+
+class LoadedWhileHeld:
+    """What backends load from artifact files (a program, a session), shared while any runner holds it.
+
+    Roles of a plan that name one file (methods of one program, step sizes of one graph) get the
+    same loaded object, so the weights are in memory once; when the last runner is gone, so is it.
+    """
+
+    def __init__(self) -> None:
+        self._loaded: weakref.WeakValueDictionary[Hashable, Any] = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, load: Callable[[], Any]) -> Any:
+        """The object loaded under ``key``, or ``load()``'s result, kept under ``key`` while it is held."""
+        with self._lock:
+            loaded = self._loaded.get(key)
+            if loaded is None:
+                loaded = load()
+                self._loaded[key] = loaded
+            return loaded
 
 
 class StepRunner(Protocol):
