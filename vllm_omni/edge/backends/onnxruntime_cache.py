@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EdgeError
-from ..files import check_file, parse_json, read_bounded, write_json_atomically
-from ..integrity import cache_dir, verified_sha256
+from ..files import check_file, file_sha256, parse_json, read_bounded, write_json_atomically
+from ..integrity import cache_dir, remember, verified_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -177,12 +177,12 @@ class OptimizedModelCache:
         files = {}
         for name in (MODEL_NAME, WEIGHTS_NAME):
             path = staging / name
-            files[name] = {"sha256": verified_sha256(path), "size_bytes": path.stat().st_size}
+            files[name] = {"sha256": file_sha256(path), "size_bytes": path.stat().st_size}
         write_json_atomically(staging / RECORD_NAME, {"graph": graph.name, "files": files})
         shutil.rmtree(entry, ignore_errors=True)
         os.replace(staging, entry)
-        for name in files:  # remember the files at their final paths (a rename keeps the identity)
-            verified_sha256(entry / name)
+        for name, row in files.items():  # hashed once, remembered at the final path (the rename keeps the inode)
+            remember(entry / name, row["sha256"])
 
     def _evict(self, keep: Path) -> None:
         """Keep the :data:`MAX_ENTRIES` most recently used entries; drop staging a killed process left."""
