@@ -27,6 +27,7 @@ import platform
 import shutil
 import tempfile
 import time
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,7 @@ def session_options(threads: int | None, level: str = "ORT_ENABLE_ALL", prepack:
     return options
 
 
+@cache
 def cpu_signature() -> str:
     """A short digest of what decides an optimized graph's layout: machine, and the CPU's feature flags."""
     flags = ""
