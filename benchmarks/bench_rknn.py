@@ -13,7 +13,9 @@ decode (the main rows mix the ``--first`` graph in: step 0 and every fifth). Row
 importance: ``hot`` main+first on each target, ``moderate`` main+first on the first target, then
 each further B alone on each target. Reports per row: compile seconds, peak RSS of the converter,
 ``.rknn`` MB, REGTASK count (every graph of the row), simulator SNR (overall, min/mean per step),
-onnxruntime SNR vs the full decode, output RMS. ``rknn.json`` is rewritten after every row.
+onnxruntime SNR vs the full decode, output RMS. ``rknn.json`` is rewritten after every row and
+keeps the rows of earlier runs into the same ``--out`` that this run does not redo, so rows can run
+one invocation at a time (``--only``).
 A released row takes minutes and several GB: run under the shared lock, one at a time.
 """
 
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result_path = args.out / "rknn.json"
     result = {"benchmark": "rknn fp16 compile + simulator", "weights": "RANDOM WEIGHTS", "geometry": args.geometry,
-              "check_steps": args.check_steps, "rows": []}  # fmt: skip
+              "check_steps": args.check_steps, "rows": previous_rows(result_path, args.geometry, plan)}  # fmt: skip
     accuracy_rows = {row[0] for row in plan[:2]}
     for name, drive, target, size, first in plan:
         steps = args.check_steps if name in accuracy_rows else (args.matrix_check_steps or args.check_steps)
@@ -123,6 +125,18 @@ def main(argv: list[str] | None = None) -> int:
     print_table(result)
     print(f"-> {result_path}")
     return 0
+
+
+def previous_rows(result_path: Path, geometry: str, plan: list[tuple]) -> list[dict]:
+    """Rows an earlier run (``--only``) wrote to ``rknn.json`` at this geometry and this run does not redo."""
+    try:
+        earlier = json.loads(result_path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(earlier, dict) or earlier.get("geometry") != geometry:
+        return []
+    redone = {row[0] for row in plan}
+    return [row for row in earlier.get("rows", []) if isinstance(row, dict) and row.get("row") not in redone]
 
 
 def export(args, checkpoint: Path, drive: str, size: int) -> Path:

@@ -55,6 +55,7 @@ class Code2WavNpuStep(Code2WavStep):
     """:class:`~.stateful.Code2WavStep` whose waveform stage runs as ``[1, C, T, 1]`` (``NPU_LAYOUT``)."""
 
     graph_layout = NPU_LAYOUT
+    waveform_phase_convolutions = True
 
     def _repeat_kv(self, keys: torch.Tensor, values: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Grouped K/V repeated by a constant selection matmul (repeat_interleave traces to Tile + Shape,
@@ -93,15 +94,24 @@ class Code2WavNpuStep(Code2WavStep):
     def _transpose_h(
         self, cache: _CacheIO, name: str, module: CausalConvTranspose1d, hidden: torch.Tensor
     ) -> torch.Tensor:
-        conv = module.conv
-        weight = conv.weight[..., None]  # [in, out, k, 1]
-        tail, stride, frames = transpose_tail(module), module.stride, int(hidden.shape[2])
-        if tail == 0:
-            return F.conv_transpose2d(hidden, weight, conv.bias, stride=(stride, 1))[:, :, : frames * stride]
-        joined = torch.cat([cache.read(name)[None, :, :, None], hidden], dim=2)
-        cache.write(name, joined[0, :, -tail:, 0])
-        out = F.conv_transpose2d(joined, weight, conv.bias, stride=(stride, 1))
-        return out[:, :, tail * stride : (tail + frames) * stride]
+        """Causal ConvTranspose on ``[1, C, T, 1]`` as ``stride`` plain convs whose outputs meet on the width.
+
+        Phase ``p``'s conv gives output samples ``n * stride + p`` (:func:`~.stateful.polyphase_weights`);
+        concatenated on the width they are ``[1, C_out, T, stride]``, which *is* ``[1, C_out, T * stride, 1]``
+        in memory. A ConvTranspose itself writes its input length into a width field the toolkit
+        overflows on rk3576 (40,962 > 16,383 at B=64); these convs do not.
+        """
+        weight, bias = self._phase_weights(name)
+        stride, out_channels, taps = module.stride, module.conv.out_channels, weight.shape[-1]
+        tail, frames = transpose_tail(module), int(hidden.shape[2])
+        if tail:
+            joined = torch.cat([cache.read(name)[None, :, :, None], hidden], dim=2)
+            cache.write(name, joined[0, :, -tail:, 0])
+            hidden = joined[:, :, tail - (taps - 1) :]
+        weight = weight.reshape(stride, out_channels, weight.shape[1], taps, 1)
+        biases = bias.reshape(stride, out_channels) if bias is not None else [None] * stride
+        phases = [F.conv2d(hidden, weight[phase], biases[phase]) for phase in range(stride)]
+        return torch.cat(phases, dim=3).reshape(1, out_channels, frames * stride, 1)
 
     def _residual_h(self, cache: _CacheIO, name: str, unit: ResidualUnit, hidden: torch.Tensor) -> torch.Tensor:
         branch = self._conv_h(cache, f"{name}.conv1", unit.conv1, _snake(unit.act1, hidden))

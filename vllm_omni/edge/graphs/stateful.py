@@ -147,6 +147,10 @@ class _CacheIO:
 class Code2WavStep(nn.Module):
     """Decodes ``step_frames`` new frames from continuous state; see :mod:`vllm_omni.edge.graphs.step_contract`."""
 
+    # A formulation whose waveform blocks run their ConvTransposes as phase convolutions sets this
+    # (the buffers ``polyphase_decoder_*`` are made for it); the dynamic CPU form makes them for all.
+    waveform_phase_convolutions = False
+
     def __init__(self, decoder: Qwen3TTSTokenizerV2Decoder, step_frames: int, *, dynamic: bool = False):
         """``dynamic``: trace a graph that takes any B up to ``step_frames`` (one graph for every step size).
 
@@ -182,17 +186,17 @@ class Code2WavStep(nn.Module):
         self.register_buffer("slot_threshold", threshold, persistent=False)
         half = config.head_dim // 2
         self.register_buffer("rotate_sign", torch.cat([-torch.ones(half), torch.ones(half)]), persistent=False)
-        if dynamic:  # the CPU form runs transposed convolutions as phase convolutions (see _transpose_polyphase)
-            transposes = [(f"upsample.{i}.0", pair[0]) for i, pair in enumerate(decoder.upsample)]
+        transposes = [(f"upsample.{i}.0", pair[0]) for i, pair in enumerate(decoder.upsample)] if dynamic else []
+        if dynamic or self.waveform_phase_convolutions:  # transposed convolutions as phase convolutions
             transposes += [
                 (f"decoder.{i}.block.1", module.block[1])
                 for i, module in enumerate(decoder.decoder)
                 if isinstance(module, DecoderBlock)
             ]
-            for name, module in transposes:
-                weight, bias = polyphase_weights(module)
-                self.register_buffer(f"polyphase_{name.replace('.', '_')}_weight", weight, persistent=False)
-                self.register_buffer(f"polyphase_{name.replace('.', '_')}_bias", bias, persistent=False)
+        for name, module in transposes:
+            weight, bias = polyphase_weights(module)
+            self.register_buffer(f"polyphase_{name.replace('.', '_')}_weight", weight, persistent=False)
+            self.register_buffer(f"polyphase_{name.replace('.', '_')}_bias", bias, persistent=False)
 
     # -- stateful pieces -------------------------------------------------------------------------
 
@@ -214,6 +218,10 @@ class Code2WavStep(nn.Module):
         cache.write(name, joined[0, :, -tail:])
         return module.conv(joined)[..., tail * stride : (tail + frames) * stride]
 
+    def _phase_weights(self, name: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        key = name.replace(".", "_")
+        return getattr(self, f"polyphase_{key}_weight"), getattr(self, f"polyphase_{key}_bias")
+
     def _transpose_polyphase(
         self, cache: _CacheIO, name: str, module: CausalConvTranspose1d, hidden: torch.Tensor
     ) -> torch.Tensor:
@@ -225,8 +233,7 @@ class Code2WavStep(nn.Module):
         transposed convolution, but onnxruntime runs it as a blocked direct convolution (NCHWc).
         The cache keeps the tail the layout names; only the last ``taps - 1`` frames of it are read.
         """
-        weight = getattr(self, f"polyphase_{name.replace('.', '_')}_weight")
-        bias = getattr(self, f"polyphase_{name.replace('.', '_')}_bias")
+        weight, bias = self._phase_weights(name)
         stride, out_channels, taps = module.stride, module.conv.out_channels, weight.shape[-1]
         tail = transpose_tail(module)
         if tail:
