@@ -47,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
         help="check steps of the rows after the two accuracy rows (default: --check-steps)",
     )
     parser.add_argument("--only", nargs="+", help="run only these rows (names as printed)")
+    parser.add_argument(
+        "--reference-frames",
+        type=int,
+        default=320,
+        help="frames streamed through each ONNX graph in onnxruntime against the fp32 and the fp64 full decode "
+        "(how much of the onnxruntime SNR is the fp32 reference's own noise); 0 skips it",
+    )
     args = parser.parse_args(argv)
 
     from vllm_omni.edge.testing.drive import write_drive_checkpoint
@@ -70,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
 
     result_path = args.out / "rknn.json"
     result = {"benchmark": "rknn fp16 compile + simulator", "weights": "RANDOM WEIGHTS", "geometry": args.geometry,
-              "check_steps": args.check_steps, "rows": previous_rows(result_path, args.geometry, plan)}  # fmt: skip
+              "check_steps": args.check_steps}  # fmt: skip
+    # Rows and reference entries of earlier runs into this --out that this run does not redo are kept.
+    earlier, redone = previous_result(result_path, args.geometry), {row[0] for row in plan}
+    result["rows"] = [row for row in earlier.get("rows", []) if isinstance(row, dict) and row.get("row") not in redone]
+    result["fp32_reference"] = [entry for entry in earlier.get("fp32_reference", []) if isinstance(entry, dict)]
     accuracy_rows = {row[0] for row in plan[:2]}
     for name, drive, target, size, first in plan:
         steps = args.check_steps if name in accuracy_rows else (args.matrix_check_steps or args.check_steps)
@@ -122,21 +133,62 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"[bench]   {json.dumps(result['rows'][-1])}", flush=True)
         result_path.write_text(json.dumps(result, indent=2))
+    if args.reference_frames:
+        entries = {entry.get("graph"): entry for entry in result["fp32_reference"]}
+        for drive, size in sorted({(row[1], b) for row in plan for b in (row[3], row[4]) if b}):
+            print(f"[bench] fp32 reference noise: {drive} B={size}", flush=True)
+            name, graph = f"{drive}-b{size}", export(args, checkpoints[drive], drive, size)
+            entries[name] = {"graph": name, **reference_noise(checkpoints[drive], graph, args)}
+        result["fp32_reference"] = sorted(entries.values(), key=lambda entry: str(entry.get("graph")))
+        result_path.write_text(json.dumps(result, indent=2))
     print_table(result)
     print(f"-> {result_path}")
     return 0
 
 
-def previous_rows(result_path: Path, geometry: str, plan: list[tuple]) -> list[dict]:
-    """Rows an earlier run (``--only``) wrote to ``rknn.json`` at this geometry and this run does not redo."""
+def reference_noise(checkpoint: Path, graph: Path, args) -> dict:
+    """The graph in onnxruntime (fp32) against the fp32 and the fp64 eager full decode, and those two apart.
+
+    If the graph reads higher against fp64 than the fp32 decode does, its SNR against the fp32 decode
+    is bounded by that decode's own rounding, not by the graph.
+    """
+    import copy
+
+    import numpy as np
+    import torch
+
+    from vllm_omni.edge.audio import snr_db
+    from vllm_omni.edge.backends.onnxruntime import OnnxStepRunner
+    from vllm_omni.edge.build.rknn_convert import stream_steps
+    from vllm_omni.edge.checkpoint import load_code2wav_decoder
+
+    decoder = load_code2wav_decoder(checkpoint)
+    runner = OnnxStepRunner(graph)
+    contract = runner.contract
+    steps = max(1, args.reference_frames // contract.step_frames)
+    rng = np.random.default_rng(1234)
+    codes = rng.integers(0, contract.codebook_size, (steps * contract.step_frames, contract.num_quantizers))
+    stepped = stream_steps({"main": runner}, {"main": contract}, codes, ["main"] * steps)
+    frames = torch.from_numpy(codes.T[None].copy())
+    exact = copy.deepcopy(decoder).double()
+    exact.precompute_snake_caches()  # the folded SnakeBeta constants, computed in fp64 too
+    with torch.inference_mode():
+        fp32, fp64 = decoder(frames)[0, 0].numpy(), exact(frames)[0, 0].numpy()
+    return {
+        "frames": int(codes.shape[0]),
+        "onnxruntime_vs_fp32_db": round(snr_db(fp32, stepped), 1),
+        "fp32_vs_fp64_db": round(snr_db(fp64, fp32), 1),
+        "onnxruntime_vs_fp64_db": round(snr_db(fp64, stepped), 1),
+    }
+
+
+def previous_result(result_path: Path, geometry: str) -> dict:
+    """What an earlier run (``--only``) wrote to ``rknn.json`` at this geometry; ``{}`` if nothing usable."""
     try:
         earlier = json.loads(result_path.read_text())
     except (OSError, ValueError):
-        return []
-    if not isinstance(earlier, dict) or earlier.get("geometry") != geometry:
-        return []
-    redone = {row[0] for row in plan}
-    return [row for row in earlier.get("rows", []) if isinstance(row, dict) and row.get("row") not in redone]
+        return {}
+    return earlier if isinstance(earlier, dict) and earlier.get("geometry") == geometry else {}
 
 
 def export(args, checkpoint: Path, drive: str, size: int) -> Path:
@@ -163,6 +215,14 @@ def print_table(result: dict) -> None:
             f"{row['regtask_warnings']} | {row['simulator_snr_db_vs_full']:.1f} ({row['min_step_snr_db']:.1f} / "
             f"{row['mean_step_snr_db']:.1f}) | {row['onnxruntime_snr_db_vs_full']:.1f} | {row['output_rms']:.3f}"
         )
+    if result.get("fp32_reference"):
+        print("\nstep graph in onnxruntime vs the eager full decode in fp32 and in fp64 (SNR dB)")
+        print("graph | frames | onnxruntime vs fp32 | fp32 vs fp64 | onnxruntime vs fp64")
+        for entry in result["fp32_reference"]:
+            print(
+                f"{entry['graph']} | {entry['frames']} | {entry['onnxruntime_vs_fp32_db']} | "
+                f"{entry['fp32_vs_fp64_db']} | {entry['onnxruntime_vs_fp64_db']}"
+            )
 
 
 if __name__ == "__main__":
