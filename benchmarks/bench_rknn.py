@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         help="frames streamed through each ONNX graph in onnxruntime against the fp32 and the fp64 full decode "
         "(how much of the onnxruntime SNR is the fp32 reference's own noise); 0 skips it",
     )
+    parser.add_argument(
+        "--reference-only", action="store_true", help="only the fp32/fp64 reference comparison of the rows' graphs"
+    )
     args = parser.parse_args(argv)
 
     from vllm_omni.edge.testing.drive import write_drive_checkpoint
@@ -79,11 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": "rknn fp16 compile + simulator", "weights": "RANDOM WEIGHTS", "geometry": args.geometry,
               "check_steps": args.check_steps}  # fmt: skip
     # Rows and reference entries of earlier runs into this --out that this run does not redo are kept.
-    earlier, redone = previous_result(result_path, args.geometry), {row[0] for row in plan}
+    earlier = previous_result(result_path, args.geometry)
+    redone = set() if args.reference_only else {row[0] for row in plan}
     result["rows"] = [row for row in earlier.get("rows", []) if isinstance(row, dict) and row.get("row") not in redone]
     result["fp32_reference"] = [entry for entry in earlier.get("fp32_reference", []) if isinstance(entry, dict)]
     accuracy_rows = {row[0] for row in plan[:2]}
-    for name, drive, target, size, first in plan:
+    for name, drive, target, size, first in [] if args.reference_only else plan:
         steps = args.check_steps if name in accuracy_rows else (args.matrix_check_steps or args.check_steps)
         graphs = {
             role: export(args, checkpoints[drive], drive, b) for role, b in (("main", size), ("first", first)) if b
