@@ -62,3 +62,19 @@ def test_an_unknown_layout_is_one_clear_error():
     assert step_class("time_on_width") is Code2WavStep and step_class(NPU_LAYOUT) is Code2WavNpuStep
     with pytest.raises(EdgeExportError, match="known: time_on_width, time_on_height"):
         step_class("time_on_depth")
+
+
+@pytest.mark.parametrize(("pass_frames", "expected"), [(4, 4), (3, 2), (8, 8)])
+def test_a_step_in_passes_gives_the_single_pass_audio_and_cache(small_decoder, pass_frames, expected):
+    single, passes = Code2WavNpuStep(small_decoder, 8), Code2WavNpuStep(small_decoder, 8, pass_frames=pass_frames)
+    assert passes.pass_frames == expected and passes.contract == single.contract
+    rng = np.random.default_rng(1)
+    inputs = list(single.example_inputs())
+    inputs[0] = torch.from_numpy(rng.integers(0, 2048, size=(1, 16, 8)))
+    inputs[1] = torch.from_numpy(rng.uniform(0, 3, size=tuple(inputs[1].shape)).astype(np.float32))
+    inputs[3] = torch.from_numpy(rng.standard_normal(single.contract.cache_numel).astype(np.float32))
+    for valid in (0.0, 3.0, float(single.contract.kv_slots)):  # a fresh stream, a young one, a full window
+        inputs[2] = torch.tensor([valid])
+        with torch.inference_mode():
+            (audio, cache), (audio_passes, cache_passes) = single(*inputs), passes(*inputs)
+        assert torch.allclose(audio, audio_passes, atol=1e-5) and torch.allclose(cache, cache_passes, atol=1e-5)

@@ -62,14 +62,23 @@ def op_report(path: str | os.PathLike[str]) -> OpReport:
 
 
 GRAPH_LAYOUT_KEY = "qwen3_tts.graph_layout"
+PASS_FRAMES_KEY = "qwen3_tts.pass_frames"
+
+
+def _recorded(path: str | os.PathLike[str]) -> dict[str, str]:
+    model = _onnx().load(str(path), load_external_data=False)
+    return {prop.key: prop.value for prop in model.metadata_props}
 
 
 def graph_layout(path: str | os.PathLike[str]) -> str:
     """The formulation a step graph was exported with (``time_on_width`` when it records none)."""
-    onnx = _onnx()
-    model = onnx.load(str(path), load_external_data=False)
-    recorded = {prop.key: prop.value for prop in model.metadata_props}
-    return recorded.get(GRAPH_LAYOUT_KEY, "time_on_width")
+    return _recorded(path).get(GRAPH_LAYOUT_KEY, "time_on_width")
+
+
+def graph_pass_frames(path: str | os.PathLike[str]) -> int | None:
+    """Frames per pass of a step graph decoded in passes (``pass_frames``); ``None`` for one pass."""
+    recorded = _recorded(path).get(PASS_FRAMES_KEY)
+    return int(recorded) if recorded is not None else None
 
 
 def graph_contract(path: str | os.PathLike[str]) -> StepContract:
@@ -99,6 +108,7 @@ def export_step_onnx(
     verify: Callable[[Path], Any] | None = None,
     form: str = "npu",
     graph_layout: str | None = None,
+    pass_frames: int | None = None,
 ) -> Path:
     """Export a self-contained step graph for ``step_frames``, with its contract in ``metadata_props``.
 
@@ -106,6 +116,8 @@ def export_step_onnx(
     any B up to ``step_frames``, rewritten for onnxruntime's fast kernels by :mod:`.onnx_cpu`).
     ``graph_layout`` picks the NPU formulation (:mod:`vllm_omni.edge.graphs.npu_layout`); the default
     (``None``) carries no layout key; any other is recorded as ``qwen3_tts.graph_layout``.
+    ``pass_frames`` (NPU layout only) decodes the step in equal passes of at most that many frames
+    (:class:`~vllm_omni.edge.graphs.npu_layout.Code2WavNpuStep`), recorded as ``qwen3_tts.pass_frames``.
 
     The graph is written under a temporary name; ``verify(temporary)`` (when given) runs before the
     rename, so a graph that fails its check never appears at ``path``
@@ -113,7 +125,7 @@ def export_step_onnx(
     """
     import torch
 
-    from ..graphs.npu_layout import DEFAULT_LAYOUT, step_class
+    from ..graphs.npu_layout import DEFAULT_LAYOUT, NPU_LAYOUT, Code2WavNpuStep, step_class
     from ..graphs.stateful import Code2WavStep
     from .onnx_cpu import optimize_for_cpu
 
@@ -125,8 +137,12 @@ def export_step_onnx(
     dynamic = form == "cpu"
     if dynamic and graph_layout not in (None, DEFAULT_LAYOUT):
         raise EdgeExportError(f"the cpu form has no layout {graph_layout!r}; layouts are for the npu form")
+    if pass_frames is not None and graph_layout != NPU_LAYOUT:
+        raise EdgeExportError(f"pass_frames is for the {NPU_LAYOUT} layout, found layout {graph_layout!r}")
     if dynamic:
         step = Code2WavStep(decoder, step_frames, dynamic=True).eval()
+    elif pass_frames is not None:
+        step = Code2WavNpuStep(decoder, step_frames, pass_frames=pass_frames).eval()
     else:
         step = step_class(graph_layout or DEFAULT_LAYOUT)(decoder, step_frames).eval()
     dynamic_axes = (
@@ -166,6 +182,9 @@ def export_step_onnx(
         if graph_layout not in (None, DEFAULT_LAYOUT):
             prop = model.metadata_props.add()
             prop.key, prop.value = GRAPH_LAYOUT_KEY, graph_layout
+        if getattr(step, "pass_frames", step_frames) < step_frames:
+            prop = model.metadata_props.add()
+            prop.key, prop.value = PASS_FRAMES_KEY, str(step.pass_frames)
         onnx.save(model, str(temporary))
         report = op_report(temporary)
         logger.info(

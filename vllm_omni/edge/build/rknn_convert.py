@@ -111,6 +111,7 @@ class ConvertRequest:
     device_dir: str = DEFAULT_DEVICE_DIR
     check_steps: int = 20
     graph_layout: str = NPU_LAYOUT
+    pass_frames: int | None = None
     allow_register_overflow: bool = False
 
 
@@ -193,7 +194,9 @@ def export_graphs(args: ConvertRequest, decoder, report: Callable[[str], None]) 
             snr = check_step_graph(decoder, path)
             report(f"{path}: onnxruntime stepwise vs full decode {snr:.1f} dB")
             continue
-        export_checked_step(decoder, sizes[role], path, opset=args.opset, graph_layout=args.graph_layout)
+        export_checked_step(
+            decoder, sizes[role], path, opset=args.opset, graph_layout=args.graph_layout, pass_frames=args.pass_frames
+        )
         contract = graph_contract(path)
         report(
             f"{path}: B={contract.step_frames} N={contract.cache_numel} head_dim={contract.head_dim} "

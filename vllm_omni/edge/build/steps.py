@@ -104,6 +104,7 @@ def export_checked_step(
     path: Path,
     opset: int = 17,
     graph_layout: str | None = None,
+    pass_frames: int | None = None,
 ) -> Path:
     """Export a step graph and check it against the full decode before it is renamed into place."""
 
@@ -111,7 +112,9 @@ def export_checked_step(
         snr = check_step_graph(decoder, temporary)
         logger.info("step B=%d onnxruntime stepwise vs full decode: %.1f dB", step_frames, snr)
 
-    return export_step_onnx(decoder, step_frames, path, opset=opset, verify=verify, graph_layout=graph_layout)
+    return export_step_onnx(
+        decoder, step_frames, path, opset=opset, verify=verify, graph_layout=graph_layout, pass_frames=pass_frames
+    )
 
 
 def step_sizes(hardware_class: HardwareClass, request: BuildRequest) -> dict[str, int]:

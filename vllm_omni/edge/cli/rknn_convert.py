@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="formulation of graphs exported here (time_on_height: the NPU one, no register overflow)",
     )
     parser.add_argument(
+        "--pass-frames",
+        type=int,
+        help="decode each step of graphs exported here in equal passes of at most this many frames (rk3576: 16)",
+    )
+    parser.add_argument(
         "--allow-register-overflow",
         action="store_true",
         help="keep a build whose toolkit log has REGTASK bit-width warnings (simulator only; a board may differ)",

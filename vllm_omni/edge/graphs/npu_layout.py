@@ -52,10 +52,42 @@ def _snake(module: SnakeBeta, hidden: torch.Tensor) -> torch.Tensor:
 
 
 class Code2WavNpuStep(Code2WavStep):
-    """:class:`~.stateful.Code2WavStep` whose waveform stage runs as ``[1, C, T, 1]`` (``NPU_LAYOUT``)."""
+    """:class:`~.stateful.Code2WavStep` whose waveform stage runs as ``[1, C, T, 1]`` (``NPU_LAYOUT``).
+
+    ``pass_frames``: decode the ``step_frames`` in passes of at most that many frames, one after
+    another inside the graph, each reading the cache the one before wrote. The stateful step is
+    exact, so the passes compute the same audio and cache as one pass (same contract, same cache
+    layout), while no tensor of the graph is longer than one pass's. rknn-toolkit2 2.5.0 needs this
+    for rk3576 at B=64: its compiler stops on an internal check (SIGILL) on the single-pass graph
+    (docs/build/rockchip-npu.md). The frames split into equal passes, so one pass graph is traced
+    and its constants are stored once.
+    """
 
     graph_layout = NPU_LAYOUT
     waveform_phase_convolutions = True
+
+    def __init__(self, decoder, step_frames: int, *, pass_frames: int | None = None):
+        super().__init__(decoder, step_frames)
+        self.pass_frames = step_frames
+        self.one_pass: Code2WavNpuStep | None = None
+        if pass_frames is not None and pass_frames < 1:
+            raise EdgeExportError(f"pass_frames must be >= 1, found {pass_frames}")
+        if pass_frames is not None and pass_frames < step_frames:
+            self.pass_frames = equal_pass_frames(step_frames, pass_frames)
+            self.one_pass = Code2WavNpuStep(decoder, self.pass_frames)
+
+    def forward(self, audio_codes, freqs_in, cache_valid, cache_in):
+        if self.one_pass is None:
+            return super().forward(audio_codes, freqs_in, cache_valid, cache_in)
+        size, slots, pieces, cache = self.pass_frames, self.contract.kv_slots, [], cache_in
+        for start in range(0, self.step_frames, size):
+            # History written before this pass: cache_valid + start frames, at most the slots there are.
+            valid = torch.clamp(cache_valid + float(start), min=0.0, max=float(slots))
+            audio, cache = self.one_pass(
+                audio_codes[:, :, start : start + size], freqs_in[start : start + size], valid, cache
+            )
+            pieces.append(audio.reshape(1, 1, -1, 1))  # joined on the height, like the waveform stage
+        return torch.cat(pieces, dim=2).reshape(-1), cache
 
     def _repeat_kv(self, keys: torch.Tensor, values: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Grouped K/V repeated by a constant selection matmul (repeat_interleave traces to Tile + Shape,
@@ -139,6 +171,11 @@ class Code2WavNpuStep(Code2WavStep):
             else:  # a module this formulation does not know: refuse at trace time, never guess
                 raise EdgeExportError(f"{name}: {type(module).__name__} has no {NPU_LAYOUT} formulation")
         return torch.clamp(hidden, min=-1.0, max=1.0).reshape(-1)
+
+
+def equal_pass_frames(step_frames: int, most: int) -> int:
+    """The largest pass size ``<= most`` that divides ``step_frames`` into equal passes."""
+    return max(size for size in range(1, min(most, step_frames) + 1) if step_frames % size == 0)
 
 
 def step_class(graph_layout: str) -> type[Code2WavStep]:
