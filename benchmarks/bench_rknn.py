@@ -32,6 +32,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 CONVERTER = ["-m", "vllm_omni.edge.cli.rknn_convert"]
 
+from vllm_omni.edge.build.rockchip import MAX_PASS_FRAMES  # noqa: E402 (after the path setup)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -89,8 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     accuracy_rows = {row[0] for row in plan[:2]}
     for name, drive, target, size, first in [] if args.reference_only else plan:
         steps = args.check_steps if name in accuracy_rows else (args.matrix_check_steps or args.check_steps)
+        passes = MAX_PASS_FRAMES.get(target)  # what `build --hardware rockchip_npu` exports for this target
         graphs = {
-            role: export(args, checkpoints[drive], drive, b) for role, b in (("main", size), ("first", first)) if b
+            role: export(args, checkpoints[drive], drive, b, passes)
+            for role, b in (("main", size), ("first", first))
+            if b
         }
         out_dir = args.out / f"rknn-{args.geometry}-{name}"
         output = out_dir / f"step_b{size}.rknn"
@@ -125,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rknn_mb": {role: round(engine["size_bytes"] / 1e6, 1) for role, engine in report["engines"].items()},
                 "regtask_warnings": report["regtask_warnings"],
                 "graph_layout": report["graph_layout"],
+                "pass_frames": report.get("pass_frames"),
                 "simulator_snr_db_vs_full": check.get("snr_db_vs_full_decode"),
                 "min_step_snr_db": check["min_step_snr_db"],
                 "mean_step_snr_db": check["mean_step_snr_db"],
@@ -139,9 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         result_path.write_text(json.dumps(result, indent=2))
     if args.reference_frames:
         entries = {entry.get("graph"): entry for entry in result["fp32_reference"]}
-        for drive, size in sorted({(row[1], b) for row in plan for b in (row[3], row[4]) if b}):
-            print(f"[bench] fp32 reference noise: {drive} B={size}", flush=True)
-            name, graph = f"{drive}-b{size}", export(args, checkpoints[drive], drive, size)
+        used = {(row[1], b, MAX_PASS_FRAMES.get(row[2])) for row in plan for b in (row[3], row[4]) if b}
+        graphs = {export(args, checkpoints[drive], drive, size, passes): drive for drive, size, passes in used}
+        for graph, drive in sorted(graphs.items()):
+            name = f"{drive}-{graph.stem.removeprefix('step_')}"
+            print(f"[bench] fp32 reference noise: {name}", flush=True)
             entries[name] = {"graph": name, **reference_noise(checkpoints[drive], graph, args)}
         result["fp32_reference"] = sorted(entries.values(), key=lambda entry: str(entry.get("graph")))
         result_path.write_text(json.dumps(result, indent=2))
@@ -195,12 +203,17 @@ def previous_result(result_path: Path, geometry: str) -> dict:
     return earlier if isinstance(earlier, dict) and earlier.get("geometry") == geometry else {}
 
 
-def export(args, checkpoint: Path, drive: str, size: int) -> Path:
-    """The checked ONNX step graph (NPU layout) of ``size`` frames for ``checkpoint``; exported once."""
-    path = args.out / f"onnx-{args.geometry}-{drive}" / f"step_b{size}.onnx"
+def export(args, checkpoint: Path, drive: str, size: int, pass_frames: int | None = None) -> Path:
+    """The checked ONNX step graph (NPU layout) of ``size`` frames for ``checkpoint``; exported once.
+
+    With ``pass_frames`` below ``size`` the graph decodes in passes (its own file, ``step_bB-pP.onnx``).
+    """
+    passes = pass_frames is not None and pass_frames < size
+    name = f"step_b{size}-p{pass_frames}.onnx" if passes else f"step_b{size}.onnx"
+    path = args.out / f"onnx-{args.geometry}-{drive}" / name
     if not path.is_file():
         command = [sys.executable, *CONVERTER, "--model-dir", str(checkpoint), "--codes-length", str(size)]
-        command += ["--skip-rknn", "--output", str(path)]
+        command += ["--skip-rknn", "--output", str(path)] + (["--pass-frames", str(pass_frames)] if passes else [])
         print(f"[bench] export {drive} B={size}", flush=True)
         subprocess.run(command, check=True, capture_output=True, text=True)
     return path

@@ -78,3 +78,17 @@ def test_a_step_in_passes_gives_the_single_pass_audio_and_cache(small_decoder, p
         with torch.inference_mode():
             (audio, cache), (audio_passes, cache_passes) = single(*inputs), passes(*inputs)
         assert torch.allclose(audio, audio_passes, atol=1e-5) and torch.allclose(cache, cache_passes, atol=1e-5)
+
+
+def test_a_graph_in_passes_records_them_and_equals_the_full_decode(small_decoder, tmp_path):
+    from vllm_omni.edge.backends.onnx import export_step_onnx, graph_contract, graph_pass_frames
+    from vllm_omni.edge.build.steps import check_step_graph
+    from vllm_omni.edge.errors import EdgeExportError
+
+    path = export_step_onnx(small_decoder, 8, tmp_path / "passes.onnx", graph_layout=NPU_LAYOUT, pass_frames=4)
+    assert graph_pass_frames(path) == 4 and graph_contract(path).step_frames == 8
+    assert check_step_graph(small_decoder, path) >= 110
+    one_pass = export_step_onnx(small_decoder, 2, tmp_path / "one.onnx", graph_layout=NPU_LAYOUT, pass_frames=4)
+    assert graph_pass_frames(one_pass) is None  # a step no longer than a pass is one pass
+    with pytest.raises(EdgeExportError, match="pass_frames is for the time_on_height layout"):
+        export_step_onnx(small_decoder, 8, tmp_path / "cpu.onnx", pass_frames=4)

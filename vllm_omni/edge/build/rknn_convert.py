@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..audio import snr_db
-from ..backends.onnx import graph_contract, graph_layout, op_report
+from ..backends.onnx import graph_contract, graph_layout, graph_pass_frames, op_report
 from ..backends.onnxruntime import OnnxStepRunner
 from ..backends.rknn import BuiltEngine, RknnBuildError, build_engine, require_toolkit, toolkit_version
 from ..backends.rknn_runtime import RknnSimulatorStepRunner
@@ -229,6 +229,7 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
         outputs["first"] = rknn_main.with_name(graphs["first"].with_suffix(".rknn").name)
 
     layouts = {role: graph_layout(path) for role, path in graphs.items()}
+    passes = {role: graph_pass_frames(path) or contracts[role].step_frames for role, path in graphs.items()}
     engines: dict[str, BuiltEngine] = {}
     peak_rss_mb: dict[str, int] = {}
     try:
@@ -265,6 +266,7 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
                 "toolkit_version": toolkit_version(),
                 "target": args.target,
                 "graph_layout": layouts,
+                "pass_frames": passes,
                 "regtask_warnings": {role: engine.report.regtask_warnings for role, engine in engines.items()},
                 "register_overflow_allowed": args.allow_register_overflow,
                 "peak_rss_mb": peak_rss_mb,
@@ -278,7 +280,8 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
         raise RegisterOverflowError(overflow, report_path)
     if not check["passed"]:
         raise SimulatorCheckError(check["verdict"], report_path)
-    plan, plan_path = write_plan(args, graphs, contracts, engines, check, layouts)
+    formulation = {"graph_layout": layouts, "pass_frames": passes}
+    plan, plan_path = write_plan(args, graphs, contracts, engines, check, formulation)
     return ConvertResult(plan, plan_path, report_path, check)
 
 
@@ -399,7 +402,7 @@ def _is_float(token: str) -> bool:
     return True
 
 
-def write_plan(args, graphs, contracts, engines, check, layouts):
+def write_plan(args, graphs, contracts, engines, check, formulation: dict):
     model = {"id": str(args.model_dir or args.onnx), "checkpoint_sha256": None}
     if args.model_dir:
         model["checkpoint_sha256"] = checkpoint_sha256(resolve_speech_tokenizer(args.model_dir))
@@ -436,7 +439,7 @@ def write_plan(args, graphs, contracts, engines, check, layouts):
             "tools": {"rknn-toolkit2": toolkit_version()},
             "regtask_warnings": {role: engine.report.regtask_warnings for role, engine in engines.items()},
             "register_overflow_allowed": args.allow_register_overflow,
-            "graph_layout": layouts,
+            **formulation,  # graph_layout and pass_frames per role
             "simulator_check": {
                 key: check[key]
                 for key in ("frames", "steps", "per_step_snr_db", "min_step_snr_db", "mean_step_snr_db", "verdict")

@@ -134,16 +134,20 @@ def step_graph_form(hardware_class: HardwareClass) -> str:
 
 
 def export_steps(
-    hardware_class: HardwareClass, request: BuildRequest, graph_layout: str | None = None
+    hardware_class: HardwareClass,
+    request: BuildRequest,
+    graph_layout: str | None = None,
+    pass_frames: int | None = None,
 ) -> tuple[dict[str, tuple[Path, StepContract, float | None]], dict[str, str]]:
     """Export (or keep) the ONNX step graphs of ``request``; returns ``{role: (path, contract, snr)}`` and the model.
 
     CPU classes get one dynamic graph that every role runs (one copy of the weights); NPU classes a
     static graph per step size, in the formulation ``graph_layout`` picks (``None``: the default
     one; the Rockchip builder passes ``time_on_height``, :mod:`vllm_omni.edge.graphs.npu_layout`),
-    which is part of the kept graphs' fingerprint. A kept graph (same checkpoint, same step sizes,
-    same sha256 as recorded) is checked again in onnxruntime against the full decode when
-    ``request.check`` is set.
+    which is part of the kept graphs' fingerprint, like ``pass_frames`` (steps longer than that
+    decode in equal passes, :class:`~vllm_omni.edge.graphs.npu_layout.Code2WavNpuStep`). A kept graph
+    (same checkpoint, same step sizes, same sha256 as recorded) is checked again in onnxruntime
+    against the full decode when ``request.check`` is set.
     """
     sizes = step_sizes(hardware_class, request)
     form = step_graph_form(hardware_class)
@@ -151,6 +155,8 @@ def export_steps(
     fingerprint = {"checkpoint_sha256": checkpoint_sha256(files)}
     if graph_layout is not None:  # the CPU builds' fingerprint stays as it was
         fingerprint["graph_layout"] = graph_layout
+    if pass_frames is not None:
+        fingerprint["pass_frames"] = pass_frames
     out_dir = Path(request.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_partial_files(out_dir)  # a killed build's half-written graphs
@@ -173,7 +179,7 @@ def export_steps(
             request.progress(f"{label}: kept {path.name} ({path.stat().st_size / 1e6:.1f} MB, intact)")
         else:
             request.progress(f"{label}: exporting {path.name} ({form} form)")
-            export_step_onnx(decoder(), frames, path, form=form, graph_layout=graph_layout)
+            export_step_onnx(decoder(), frames, path, form=form, graph_layout=graph_layout, pass_frames=pass_frames)
         snr = None
         if request.check:  # kept graphs too: verification, not hope
             try:
