@@ -73,3 +73,10 @@ def test_a_build_with_register_overflow_fails_unless_allowed(small_decoder, tmp_
     report = json.loads(caught.value.report_path.read_text())
     assert report["regtask_warnings"] == {"main": 3} and report["graph_layout"] == {"main": "time_on_height"}
     assert not (tmp_path / "exec_plan.json").exists()
+
+
+def test_a_converter_killed_by_a_signal_is_named():
+    from vllm_omni.edge.build.rockchip import died_how
+
+    assert died_how(-4) == "rknn-toolkit2 crashed (SIGILL); its build log says how far it got"
+    assert "SIGKILL; out of memory?" in died_how(-9) and died_how(2) == "exit code 2"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -82,7 +83,7 @@ def build_rknn(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan
         )
         outcome = _read_outcome(outcome_path)
     if outcome.get("status") != "ok":
-        what = OUTCOME_REASONS.get(outcome.get("status"), f"exit code {result.returncode}")
+        what = OUTCOME_REASONS.get(outcome.get("status")) or died_how(result.returncode)
         detail = f": {outcome['error']}" if outcome.get("error") else ""
         raise EdgeExportError(
             f"the RKNN conversion failed ({what}){detail}; its report and build logs are beside "
@@ -91,6 +92,19 @@ def build_rknn(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan
     plan = ExecPlan.load(request.out_dir)
     request.progress(f"plan {plan.plan_id[:12]} validated ({len(plan.artifacts)} artifacts)")
     return plan
+
+
+def died_how(returncode: int) -> str:
+    """Why a converter that wrote no outcome stopped: killed by a signal, or an exit code."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    if name == "SIGKILL":
+        return "the converter was killed (SIGKILL; out of memory?); its build log says how far it got"
+    return f"rknn-toolkit2 crashed ({name}); its build log says how far it got"
 
 
 def _kept_rknn_plan(request: BuildRequest, target: str, sources: dict[str, Path]) -> ExecPlan | None:
