@@ -10,6 +10,7 @@ imports torch and the stateful wrapper inside the function.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 import warnings
@@ -100,6 +101,60 @@ def graph_contract(path: str | os.PathLike[str]) -> StepContract:
     return contract
 
 
+SHARED_CONSTANT_MIN_NUMEL = 4096  # weights; the small shape and scalar constants stay as exported
+
+
+def share_identical_constants(model: Any) -> int:
+    """Keep one copy of every weight-sized constant the graph holds more than once; returns how many went.
+
+    Constant folding makes a tensor per use of a transformed weight (``weight[..., None]``, phase
+    weights), so a step decoded in passes would carry the waveform weights once per pass. Identical
+    initializers and ``Constant`` nodes (same type, shape and bytes) are merged into the first one,
+    which precedes every use of the later ones in the node order.
+    """
+    import hashlib
+
+    from onnx import numpy_helper
+
+    def key(tensor) -> tuple:
+        return tensor.data_type, tuple(tensor.dims), hashlib.sha256(numpy_helper.to_array(tensor).tobytes()).digest()
+
+    graph, first, rename = model.graph, {}, {}
+    initializers = []
+    for tensor in graph.initializer:
+        if math.prod(tensor.dims) < SHARED_CONSTANT_MIN_NUMEL:
+            initializers.append(tensor)
+            continue
+        kept = first.setdefault(key(tensor), tensor.name)
+        if kept != tensor.name:
+            rename[tensor.name] = kept
+        else:
+            initializers.append(tensor)
+    nodes = []
+    for node in graph.node:
+        values = [a for a in node.attribute if a.name == "value" and a.HasField("t")]
+        if (
+            node.op_type == "Constant"
+            and len(node.attribute) == 1
+            and values
+            and math.prod(values[0].t.dims) >= SHARED_CONSTANT_MIN_NUMEL
+        ):
+            kept = first.setdefault(key(values[0].t), node.output[0])
+            if kept != node.output[0]:
+                rename[node.output[0]] = kept
+                continue
+        for index, name in enumerate(node.input):
+            if name in rename:
+                node.input[index] = rename[name]
+        nodes.append(node)
+    if rename:
+        del graph.initializer[:]
+        graph.initializer.extend(initializers)
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return len(rename)
+
+
 def export_step_onnx(
     decoder: Qwen3TTSTokenizerV2Decoder,
     step_frames: int,
@@ -174,6 +229,7 @@ def export_step_onnx(
             )
         model = onnx.load(str(temporary))
         rewrites = optimize_for_cpu(model) if dynamic else {}
+        rewrites["shared_constants"] = share_identical_constants(model)
         for key, value in step.contract.to_metadata().items():
             prop = model.metadata_props.add()
             prop.key, prop.value = key, value
