@@ -12,12 +12,16 @@ Measured on one-op graphs at the released channel counts and lengths (see docs/b
   convolutions, ConvTranspose, SnakeBeta, Concat and Slice along time stay clean on both SoCs;
 - a dilated conv is exact as a polyphase conv: ``[1, C, L, 1] -> [1, C, L / d, d]`` puts the
   ``d`` phases on the width, and the dilation-``d`` kernel becomes a plain ``(k, 1)`` kernel
-  (0 warnings, about 1 s to compile at 122,880 samples).
+  (0 warnings, about 1 s to compile at 122,880 samples);
+- on rk3576 a ConvTranspose with a 40,962-sample input (the last block at B=64) overflows a
+  14-bit field and did not finish compiling alone in 15 minutes; as ``stride`` plain phase
+  convolutions met on the width it is clean and compiles in 83 s.
 
 :class:`Code2WavNpuStep` keeps the contract, the flat cache layout and the transformer and
 upsample stages of :class:`~.stateful.Code2WavStep` (whose CPU formulation it leaves alone) and
-rewrites the waveform stage that way. The graph computes the same function (checked against the
-full decode in onnxruntime like every step graph).
+rewrites the waveform stage that way; with ``pass_frames`` it decodes long steps in passes. The
+graph computes the same function (checked against the full decode in onnxruntime like every step
+graph).
 """
 
 from __future__ import annotations
