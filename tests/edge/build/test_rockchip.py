@@ -61,13 +61,17 @@ def moderate_decoder(moderate_checkpoint):
 
 @pytest.fixture(scope="module")
 def compiled(moderate_checkpoint, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """rockchip_npu: main step B=4 and first step B=2 for rk3588, checked in the simulator with one cache."""
+    """rockchip_npu: main step B=16 and first step B=4 for rk3588, checked in the simulator with one cache.
+
+    Steps of 192 and 768 samples: a per-step SNR over fewer samples (B=2 is 96 here) scatters by about
+    2 dB around the stream's even where the fp16 error is steady (docs/build/rockchip-npu.md).
+    """
     if not CONVERTER_PYTHON.exists():
         pytest.fail("the converter venv is missing: run `make setup-rknn` (make test does)")
     out = tmp_path_factory.mktemp("rknn")
     result = edge_build(
         "--hardware", "rockchip_npu", "--model", moderate_checkpoint, "--out", out,
-        "--step-frames", 4, "--first-step-frames", 2, "--target", "rk3588",
+        "--step-frames", 16, "--first-step-frames", 4, "--target", "rk3588",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return out, result
@@ -75,14 +79,17 @@ def compiled(moderate_checkpoint, tmp_path_factory) -> tuple[Path, subprocess.Co
 
 def test_two_step_sizes_sharing_a_cache_pass_the_simulator_check(compiled):
     out, _ = compiled
-    report = json.loads((out / "step_b4.report.json").read_text())
+    report = json.loads((out / "step_b16.report.json").read_text())
     check = report["simulator_check"]
     assert report["toolkit_version"] == "2.5.0" and report["target"] == "rk3588"
-    assert check["passed"] and check["steps"] == ([2, 4, 4, 4, 4] * 4)  # 20 steps, first/main mixed, one cache
+    assert check["passed"] and check["steps"] == ([4, 16, 16, 16, 16] * 4)  # 20 steps, first/main mixed, one cache
     assert check["snr_db_vs_full_decode"] >= 55, check["verdict"]
     assert len(check["per_step_snr_db"]) == 20 and check["min_step_snr_db"] >= 50, check["per_step_snr_db"]
+    # flat over the stream: no step more than 1 dB below the mean
+    assert check["min_step_snr_db"] >= check["mean_step_snr_db"] - 1.0, check["per_step_snr_db"]
     assert check["onnxruntime_snr_db_vs_full_decode"] > 100  # the graph itself is exact; fp16 is the NPU's
     assert report["graph_layout"] == {"main": "time_on_height", "first": "time_on_height"}
+    assert report["pass_frames"] == {"main": 16, "first": 4}  # rk3588: every step in one pass
     assert report["regtask_warnings"] == {"main": 0, "first": 0}  # every register field in range
     for role in ("main", "first"):
         engine = report["engines"][role]
@@ -99,7 +106,7 @@ def test_the_exec_plan_names_both_artifacts_with_their_contracts_and_sources(com
     plan = ExecPlan.load(out)
     assert plan.speech_decoder == {
         "impl": "rknn",
-        "artifacts": {"main": "/data/qwen3-tts/step_b4.rknn", "first": "/data/qwen3-tts/step_b2.rknn"},
+        "artifacts": {"main": "/data/qwen3-tts/step_b16.rknn", "first": "/data/qwen3-tts/step_b4.rknn"},
     }
     assert (plan.hardware_class, plan.target, plan.codec.samples_per_frame, plan.dtype) == (
         "rockchip_npu",
@@ -108,13 +115,14 @@ def test_the_exec_plan_names_both_artifacts_with_their_contracts_and_sources(com
         "fp16",
     )
     main, first = plan.artifacts["main"], plan.artifacts["first"]
-    assert main.contract["step_frames"] == 4 and first.contract["step_frames"] == 2
+    assert main.contract["step_frames"] == 16 and first.contract["step_frames"] == 4
     assert main.contract["cache_numel"] == first.contract["cache_numel"] == 7808
-    assert main.contract["inputs"]["audio_codes"] == [1, 16, 4]
-    assert (main.source["file"], first.source["file"]) == ("step_b4.onnx", "step_b2.onnx")
+    assert main.contract["inputs"]["audio_codes"] == [1, 16, 16]
+    assert (main.source["file"], first.source["file"]) == ("step_b16.onnx", "step_b4.onnx")
     assert main.verification["snr_db"] >= 55 and len(plan.model["checkpoint_sha256"]) == 64
     assert plan.build["regtask_warnings"] == {"main": 0, "first": 0} and not plan.build["register_overflow_allowed"]
     assert plan.build["graph_layout"] == {"main": "time_on_height", "first": "time_on_height"}
+    assert plan.build["pass_frames"] == {"main": 16, "first": 4}
     assert "--session-option 'qwen3_tts.exec_plan=" in result.stderr and "adb push" in result.stderr
     assert "hardware class rockchip_npu (target rk3588)" in result.stdout
 
@@ -152,7 +160,7 @@ def test_a_rebuild_keeps_the_compiled_steps(compiled, moderate_checkpoint):
     out, _ = compiled
     result = edge_build(
         "--hardware", "rockchip_npu", "--model", moderate_checkpoint, "--out", out,
-        "--step-frames", 4, "--first-step-frames", 2, "--no-check",
+        "--step-frames", 16, "--first-step-frames", 4, "--no-check",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "kept the rk3588 .rknn steps" in result.stderr and "compiling" not in result.stderr
@@ -160,7 +168,7 @@ def test_a_rebuild_keeps_the_compiled_steps(compiled, moderate_checkpoint):
 
 def test_an_existing_graph_compiles_alone_and_is_checked_against_onnxruntime(compiled, tmp_path):
     out, _ = compiled
-    graph = shutil.copy(out / "step_b4.onnx", tmp_path / "given.onnx")
+    graph = shutil.copy(out / "step_b16.onnx", tmp_path / "given.onnx")
     result = prepare("--onnx", graph, "--output", tmp_path / "given.rknn")
     assert result.returncode == 0, result.stderr[-3000:]
     check = json.loads((tmp_path / "given.report.json").read_text())["simulator_check"]
