@@ -16,7 +16,12 @@ each further B alone on each target. Reports per row: compile seconds, peak RSS 
 onnxruntime SNR vs the full decode, output RMS. ``rknn.json`` is rewritten after every row and
 keeps the rows of earlier runs into the same ``--out`` that this run does not redo, so rows can run
 one invocation at a time (``--only``).
-A released row takes minutes and several GB: run under the shared lock, one at a time.
+rk3576 rows decode steps longer than 16 frames in passes, as the builder does (``MAX_PASS_FRAMES``).
+After the rows, each graph is also streamed in onnxruntime against the full decode in fp32 and in
+fp64 (``--reference-frames``), which tells the graph's error from the fp32 reference's own.
+A released row takes minutes and several GB (rk3576 at B=64: about an hour and 18 GB with its
+20-step simulator check): run under the shared lock, one at a time. Exported graphs are kept in
+``--out`` and reused: remove its ``onnx-*`` folders after changing the step graph's code.
 """
 
 from __future__ import annotations
