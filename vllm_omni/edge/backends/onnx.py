@@ -66,20 +66,25 @@ GRAPH_LAYOUT_KEY = "qwen3_tts.graph_layout"
 PASS_FRAMES_KEY = "qwen3_tts.pass_frames"
 
 
-def _recorded(path: str | os.PathLike[str]) -> dict[str, str]:
+def graph_formulation(path: str | os.PathLike[str]) -> tuple[str, int | None]:
+    """``(graph layout, frames per pass)`` a step graph records, read in one load of the file.
+
+    The layout is ``time_on_width`` when it records none; frames per pass ``None`` for one pass.
+    """
     model = _onnx().load(str(path), load_external_data=False)
-    return {prop.key: prop.value for prop in model.metadata_props}
+    recorded = {prop.key: prop.value for prop in model.metadata_props}
+    passes = recorded.get(PASS_FRAMES_KEY)
+    return recorded.get(GRAPH_LAYOUT_KEY, "time_on_width"), int(passes) if passes is not None else None
 
 
 def graph_layout(path: str | os.PathLike[str]) -> str:
     """The formulation a step graph was exported with (``time_on_width`` when it records none)."""
-    return _recorded(path).get(GRAPH_LAYOUT_KEY, "time_on_width")
+    return graph_formulation(path)[0]
 
 
 def graph_pass_frames(path: str | os.PathLike[str]) -> int | None:
     """Frames per pass of a step graph decoded in passes (``pass_frames``); ``None`` for one pass."""
-    recorded = _recorded(path).get(PASS_FRAMES_KEY)
-    return int(recorded) if recorded is not None else None
+    return graph_formulation(path)[1]
 
 
 def graph_contract(path: str | os.PathLike[str]) -> StepContract:

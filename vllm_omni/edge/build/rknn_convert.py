@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..audio import snr_db
-from ..backends.onnx import graph_contract, graph_layout, graph_pass_frames, op_report
+from ..backends.onnx import graph_contract, graph_formulation, op_report
 from ..backends.onnxruntime import OnnxStepRunner
 from ..backends.rknn import BuiltEngine, RknnBuildError, build_engine, require_toolkit, toolkit_version
 from ..backends.rknn_runtime import RknnSimulatorStepRunner
@@ -228,8 +228,9 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
     if "first" in graphs:
         outputs["first"] = rknn_main.with_name(graphs["first"].with_suffix(".rknn").name)
 
-    layouts = {role: graph_layout(path) for role, path in graphs.items()}
-    passes = {role: graph_pass_frames(path) or contracts[role].step_frames for role, path in graphs.items()}
+    formulations = {role: graph_formulation(path) for role, path in graphs.items()}  # one read of each file
+    layouts = {role: layout for role, (layout, _) in formulations.items()}
+    passes = {role: frames or contracts[role].step_frames for role, (_, frames) in formulations.items()}
     engines: dict[str, BuiltEngine] = {}
     peak_rss_mb: dict[str, int] = {}
     try:

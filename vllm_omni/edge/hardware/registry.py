@@ -74,7 +74,6 @@ class HardwareClass:
 _BUILDERS = "vllm_omni.edge.build.plans"
 # Measured at the released geometry with random weights, XNNPACK on this 2-core x86 host
 # (benchmarks/bench_phone.py; docs/windowed_programs.md has the table).
-# Measured at the released geometry with random weights (benchmarks/bench_phone.py, docs/windowed_programs.md).
 PHONE_GRAPH_NOTES = {
     "windowed": "exact only while the stream fits the 72-frame context (5.76 s): 28.3 dB vs the full decode on a "
     "20 s stream; recomputes the context every chunk (RTF 6.1 on 20 s, 3.3x the stateful step); windows.pte 1.00x "
