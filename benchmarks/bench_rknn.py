@@ -10,8 +10,10 @@ blocks' convs x0.5, final conv rescaled to a loud output). The ONNX step graphs 
 (``python -m vllm_omni.edge.cli.rknn_convert --onnx ... --model-dir ...``), each is compiled for
 its target in fp16 and streamed ``--check-steps`` steps through the simulator against the full
 decode (the main rows mix the ``--first`` graph in: step 0 and every fifth). Rows, in order of
-importance: ``hot`` main+first on each target, ``moderate`` main+first on the first target, then
-each further B alone on each target. Reports per row: compile seconds, peak RSS of the converter,
+importance: ``hot`` main+first on each target, ``moderate`` main+first on the first target, the
+same two as one ``.rknn`` for both sizes (``-one-rknn``: one graph at a symbolic B compiled with
+``dynamic_input``, what the builder ships), then each further B alone on each target. Reports per
+row: compile seconds, peak RSS of the converter,
 ``.rknn`` MB, REGTASK count (every graph of the row), simulator SNR (overall, min/mean per step),
 onnxruntime SNR vs the full decode, output RMS. ``rknn.json`` is rewritten after every row and
 keeps the rows of earlier runs into the same ``--out`` that this run does not redo, so rows can run
@@ -81,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     plan.insert(
         1, (f"moderate-{args.targets[0]}-b{main_b}+{args.first}", "moderate", args.targets[0], main_b, args.first)
     )
+    # What `build --hardware rockchip_npu` ships: one .rknn (dynamic_input) for both sizes, where no passes are needed.
+    plan[2:2] = [
+        (f"{name}-one-rknn", drive, target, size, first)
+        for name, drive, target, size, first in plan[:2]
+        if size <= MAX_PASS_FRAMES.get(target, size)
+    ]
     plan += [(f"hot-{t}-b{b}", "hot", t, b, None) for b in others for t in args.targets]
     if args.only:
         plan = [row for row in plan if row[0] in args.only]
@@ -97,16 +105,23 @@ def main(argv: list[str] | None = None) -> int:
     for name, drive, target, size, first in [] if args.reference_only else plan:
         steps = args.check_steps if name in accuracy_rows else (args.matrix_check_steps or args.check_steps)
         passes = MAX_PASS_FRAMES.get(target)  # what `build --hardware rockchip_npu` exports for this target
-        graphs = {
-            role: export(args, checkpoints[drive], drive, b, passes)
-            for role, b in (("main", size), ("first", first))
-            if b
-        }
         out_dir = args.out / f"rknn-{args.geometry}-{name}"
-        output = out_dir / f"step_b{size}.rknn"
         out_dir.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, *CONVERTER, "--onnx", str(graphs["main"]), "--model-dir", str(checkpoints[drive])]
-        command += ["--first-onnx", str(graphs["first"])] if "first" in graphs else []
+        if name.endswith("-one-rknn"):  # one graph at a symbolic B, compiled once for both sizes
+            graph = export(args, checkpoints[drive], drive, size, first_step_frames=first)
+            output = out_dir / graph.with_suffix(".rknn").name
+            command = [sys.executable, *CONVERTER, "--onnx", str(graph), "--model-dir", str(checkpoints[drive])]
+            command += ["--first-codes-length", str(first)]
+        else:
+            graphs = {
+                role: export(args, checkpoints[drive], drive, b, passes)
+                for role, b in (("main", size), ("first", first))
+                if b
+            }
+            output = out_dir / f"step_b{size}.rknn"
+            command = [sys.executable, *CONVERTER, "--onnx", str(graphs["main"])]
+            command += ["--model-dir", str(checkpoints[drive])]
+            command += ["--first-onnx", str(graphs["first"])] if "first" in graphs else []
         command += ["--target", target, "--check-steps", str(steps), "--output", str(output)]
         print(f"[bench] {name}: {' '.join(command[1:])}", flush=True)
         started = time.perf_counter()
@@ -127,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                 "check_steps": steps,
                 "checkpoint": drive,
                 "target": target,
-                "step_frames": {role: engine["inputs"]["audio_codes"][2] for role, engine in report["engines"].items()},
+                "step_frames": report["step_frames"],
+                "dynamic_input": report.get("dynamic_input") or None,  # {.rknn: [B, ...]} of a one-file row
                 "exit_code": completed.returncode,
                 "wall_seconds": round(seconds, 1),
                 "compile_seconds": {role: engine["build_seconds"] for role, engine in report["engines"].items()},
@@ -150,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         result_path.write_text(json.dumps(result, indent=2))
     if args.reference_frames:
         entries = {entry.get("graph"): entry for entry in result["fp32_reference"]}
+        # the static graphs (a one-file row's graph equals them per size: tests/edge/graphs/test_npu_layout.py)
         used = {(row[1], b, MAX_PASS_FRAMES.get(row[2])) for row in plan for b in (row[3], row[4]) if b}
         graphs = {export(args, checkpoints[drive], drive, size, passes): drive for drive, size, passes in used}
         for graph, drive in sorted(graphs.items()):
@@ -208,17 +225,23 @@ def previous_result(result_path: Path, geometry: str) -> dict:
     return earlier if isinstance(earlier, dict) and earlier.get("geometry") == geometry else {}
 
 
-def export(args, checkpoint: Path, drive: str, size: int, pass_frames: int | None = None) -> Path:
+def export(
+    args, checkpoint: Path, drive: str, size: int, pass_frames: int | None = None, first_step_frames: int | None = None
+) -> Path:
     """The checked ONNX step graph (NPU layout) of ``size`` frames for ``checkpoint``; exported once.
 
-    With ``pass_frames`` below ``size`` the graph decodes in passes (its own file, ``step_bB-pP.onnx``).
+    With ``pass_frames`` below ``size`` the graph decodes in passes (its own file, ``step_bB-pP.onnx``);
+    with ``first_step_frames`` it is one graph at a symbolic B for both sizes (``step_bB1_bB.onnx``).
     """
     passes = pass_frames is not None and pass_frames < size
     name = f"step_b{size}-p{pass_frames}.onnx" if passes else f"step_b{size}.onnx"
+    if first_step_frames:
+        name = f"step_b{first_step_frames}_b{size}.onnx"
     path = args.out / f"onnx-{args.geometry}-{drive}" / name
     if not path.is_file():
         command = [sys.executable, *CONVERTER, "--model-dir", str(checkpoint), "--codes-length", str(size)]
         command += ["--skip-rknn", "--output", str(path)] + (["--pass-frames", str(pass_frames)] if passes else [])
+        command += ["--first-codes-length", str(first_step_frames), "--dynamic-input"] if first_step_frames else []
         print(f"[bench] export {drive} B={size}", flush=True)
         subprocess.run(command, check=True, capture_output=True, text=True)
     return path

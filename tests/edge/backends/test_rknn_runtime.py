@@ -26,9 +26,11 @@ from pathlib import Path
 import onnxruntime
 
 CALLS = []
+LOADS = []
 
 class RKNNLite:
     def load_rknn(self, path):
+        LOADS.append(Path(path).name)
         source = Path(path).with_suffix(".onnx")
         if Path(path).read_bytes() != b"rknn:" + source.name.encode():
             return -1
@@ -86,6 +88,19 @@ def test_the_board_runner_decodes_a_stream_through_the_plan(board_plan, small_de
 
     assert CALLS[0] == [(1, 16, 2), (2, 16), (1,), (7808,)]  # first step B=2, in the contract's order
     assert CALLS[1] == [(1, 16, 4), (4, 16), (1,), (7808,)]
+
+
+def test_roles_naming_one_rknn_share_one_loaded_model(board_plan):
+    """One .rknn for both step sizes (dynamic_input) is loaded once: one copy of the weights on the board;
+    each role's inputs carry its B, which is how rknnlite picks the compiled shape set."""
+    plan = ExecPlan.load(board_plan)
+    assert plan.artifacts["first"].file == plan.artifacts["main"].file
+    decoder = open_decoder(board_plan, rknn_runtime="board")
+    from rknnlite.api import LOADS
+
+    assert len(LOADS) == 1 and LOADS[0] == plan.artifacts["main"].file
+    assert decoder.first.model is decoder.main.model
+    assert (decoder.first.contract.step_frames, decoder.main.contract.step_frames) == (2, 4)
 
 
 def test_auto_picks_the_board_runtime_when_rknnlite_is_installed(board_plan):

@@ -80,3 +80,52 @@ def test_a_converter_killed_by_a_signal_is_named():
 
     assert died_how(-4) == "rknn-toolkit2 crashed (SIGILL); its build log says how far it got"
     assert "SIGKILL; out of memory?" in died_how(-9) and died_how(2) == "exit code 2"
+
+
+def test_a_dynamic_graph_compiles_once_for_both_step_sizes_and_both_roles_name_it(small_decoder, tmp_path, monkeypatch):
+    """--dynamic-input, without the toolkit: one build_engine call with a shape set per step size, one .rknn
+    that the plan's first and main roles both name, each with its own B."""
+    from vllm_omni.edge.backends.rknn import EngineReport
+    from vllm_omni.edge.build import rknn_convert
+    from vllm_omni.edge.build.steps import export_checked_step
+    from vllm_omni.edge.plan import ExecPlan
+
+    graph = export_checked_step(
+        small_decoder, 4, tmp_path / "step_b2_b4.onnx", graph_layout="time_on_height", form="npu_dynamic",
+        first_step_frames=2,
+    )  # fmt: skip
+    builds = []
+
+    class FakeEngine:
+        def __init__(self, onnx_path, output, shape_sets):
+            builds.append((onnx_path.name, output.name, shape_sets))
+            output.write_bytes(b"rknn")
+            self.report = EngineReport(
+                str(output), "rk3588", 4, "0" * 64, "fake", build_seconds=1.0, regtask_warnings=0
+            )
+            self.report.shape_sets = shape_sets
+
+        def release(self):
+            pass
+
+    check = {"passed": True, "verdict": "fake", "frames": 72, "steps": [2, 4], "per_step_snr_db": [60.0]}
+    check |= {"min_step_snr_db": 60.0, "mean_step_snr_db": 60.0, "snr_db_vs_onnxruntime": 60.0}
+    monkeypatch.setattr(
+        rknn_convert,
+        "build_engine",
+        lambda onnx_path, output, shape_sets=None, **_: FakeEngine(onnx_path, output, shape_sets),
+    )
+    monkeypatch.setattr(rknn_convert, "simulator_check", lambda *_: check)
+    request = rknn_convert.ConvertRequest(
+        output=tmp_path / "step_b2_b4.rknn", onnx=graph, first_codes_length=2, dynamic_input=True
+    )
+    result = rknn_convert.compile_and_check(request, {"main": graph}, None)
+    assert len(builds) == 1 and builds[0][:2] == ("step_b2_b4.onnx", "step_b2_b4.rknn")
+    assert [[list(shape) for shape in shapes] for shapes in builds[0][2]] == [
+        [[1, 16, 2], [2, 16], [1], [7808]],
+        [[1, 16, 4], [4, 16], [1], [7808]],
+    ]
+    plan = ExecPlan.load(tmp_path)
+    assert plan.artifacts["first"].file == plan.artifacts["main"].file == "step_b2_b4.rknn"
+    assert (plan.step_contract("first").step_frames, plan.step_contract("main").step_frames) == (2, 4)
+    assert plan.build["dynamic_input"] == {"step_b2_b4.rknn": [2, 4]} and result.plan_path.is_file()

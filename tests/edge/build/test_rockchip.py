@@ -61,7 +61,8 @@ def moderate_decoder(moderate_checkpoint):
 
 @pytest.fixture(scope="module")
 def compiled(moderate_checkpoint, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """rockchip_npu: main step B=16 and first step B=4 for rk3588, checked in the simulator with one cache.
+    """rockchip_npu: main step B=16 and first step B=4 for rk3588 in one .rknn (dynamic_input), checked in the
+    simulator with one cache.
 
     Steps of 192 and 768 samples: a per-step SNR over fewer samples (B=2 is 96 here) scatters by about
     2 dB around the stream's even where the fp16 error is steady (docs/build/rockchip-npu.md).
@@ -77,9 +78,9 @@ def compiled(moderate_checkpoint, tmp_path_factory) -> tuple[Path, subprocess.Co
     return out, result
 
 
-def test_two_step_sizes_sharing_a_cache_pass_the_simulator_check(compiled):
+def test_two_step_sizes_in_one_rknn_sharing_a_cache_pass_the_simulator_check(compiled):
     out, _ = compiled
-    report = json.loads((out / "step_b16.report.json").read_text())
+    report = json.loads((out / "step_b4_b16.report.json").read_text())
     check = report["simulator_check"]
     assert report["toolkit_version"] == "2.5.0" and report["target"] == "rk3588"
     assert check["passed"] and check["steps"] == ([4, 16, 16, 16, 16] * 4)  # 20 steps, first/main mixed, one cache
@@ -91,11 +92,16 @@ def test_two_step_sizes_sharing_a_cache_pass_the_simulator_check(compiled):
     assert report["graph_layout"] == {"main": "time_on_height", "first": "time_on_height"}
     assert report["pass_frames"] == {"main": 16, "first": 4}  # rk3588: every step in one pass
     assert report["regtask_warnings"] == {"main": 0, "first": 0}  # every register field in range
-    for role in ("main", "first"):
-        engine = report["engines"][role]
-        assert Path(engine["path"]).is_file() and engine["size_bytes"] > 0
-        assert engine["regtask_warnings"] == 0 and Path(engine["log_path"]).is_file()
-        assert report["peak_rss_mb"][role] > 0
+    assert report["step_frames"] == {"main": 16, "first": 4}
+    assert report["dynamic_input"] == {"step_b4_b16.rknn": [4, 16]}
+    main, first = report["engines"]["main"], report["engines"]["first"]
+    assert main == first and Path(main["path"]).name == "step_b4_b16.rknn"  # one compile, one file
+    assert [shapes[0] for shapes in main["shape_sets"]] == [[1, 16, 4], [1, 16, 16]]
+    assert Path(main["path"]).is_file() and main["size_bytes"] > 0
+    assert main["regtask_warnings"] == 0 and Path(main["log_path"]).is_file()
+    assert report["peak_rss_mb"]["main"] > 0
+    assert sorted(path.name for path in out.glob("*.rknn")) == ["step_b4_b16.rknn"]
+    assert sorted(path.name for path in out.glob("*.onnx")) == ["step_b4_b16.onnx"]
     assert not list(out.glob(".*partial*"))
 
 
@@ -106,7 +112,7 @@ def test_the_exec_plan_names_both_artifacts_with_their_contracts_and_sources(com
     plan = ExecPlan.load(out)
     assert plan.speech_decoder == {
         "impl": "rknn",
-        "artifacts": {"main": "/data/qwen3-tts/step_b16.rknn", "first": "/data/qwen3-tts/step_b4.rknn"},
+        "artifacts": {"main": "/data/qwen3-tts/step_b4_b16.rknn", "first": "/data/qwen3-tts/step_b4_b16.rknn"},
     }
     assert (plan.hardware_class, plan.target, plan.codec.samples_per_frame, plan.dtype) == (
         "rockchip_npu",
@@ -116,14 +122,19 @@ def test_the_exec_plan_names_both_artifacts_with_their_contracts_and_sources(com
     )
     main, first = plan.artifacts["main"], plan.artifacts["first"]
     assert main.contract["step_frames"] == 16 and first.contract["step_frames"] == 4
+    assert main.contract["max_step_frames"] == first.contract["max_step_frames"] == 16
     assert main.contract["cache_numel"] == first.contract["cache_numel"] == 7808
-    assert main.contract["inputs"]["audio_codes"] == [1, 16, 16]
-    assert (main.source["file"], first.source["file"]) == ("step_b16.onnx", "step_b4.onnx")
+    assert main.contract["inputs"]["audio_codes"] == [1, 16, 16] and first.contract["inputs"]["freqs_in"] == [4, 16]
+    assert (main.file, main.sha256, main.size_bytes) == (first.file, first.sha256, first.size_bytes)
+    assert main.source == first.source and main.source["file"] == "step_b4_b16.onnx"
     assert main.verification["snr_db"] >= 55 and len(plan.model["checkpoint_sha256"]) == 64
     assert plan.build["regtask_warnings"] == {"main": 0, "first": 0} and not plan.build["register_overflow_allowed"]
     assert plan.build["graph_layout"] == {"main": "time_on_height", "first": "time_on_height"}
     assert plan.build["pass_frames"] == {"main": 16, "first": 4}
+    assert plan.build["dynamic_input"] == {"step_b4_b16.rknn": [4, 16]}
     assert "--session-option 'qwen3_tts.exec_plan=" in result.stderr and "adb push" in result.stderr
+    push = next(line for line in result.stderr.splitlines() if "adb push" in line)
+    assert push.count("step_b4_b16.rknn") == 1  # the shared file goes to the board once
     assert "hardware class rockchip_npu (target rk3588)" in result.stdout
 
 
@@ -166,9 +177,24 @@ def test_a_rebuild_keeps_the_compiled_steps(compiled, moderate_checkpoint):
     assert "kept the rk3588 .rknn steps" in result.stderr and "compiling" not in result.stderr
 
 
-def test_an_existing_graph_compiles_alone_and_is_checked_against_onnxruntime(compiled, tmp_path):
+def test_an_existing_dynamic_graph_needs_the_first_step_size(compiled, tmp_path):
+    """A dynamic graph compiles for a set of step sizes (the builder passes --first-codes-length, as here)."""
     out, _ = compiled
-    graph = shutil.copy(out / "step_b16.onnx", tmp_path / "given.onnx")
+    graph = shutil.copy(out / "step_b4_b16.onnx", tmp_path / "given.onnx")
+    result = prepare("--onnx", graph, "--output", tmp_path / "given.rknn")
+    assert result.returncode == 2 and "give --first-codes-length" in result.stderr
+    result = prepare("--onnx", graph, "--first-codes-length", 16, "--output", tmp_path / "given.rknn")
+    assert result.returncode == 2 and "--first-codes-length must be 1..15" in result.stderr
+    assert not (tmp_path / "given.rknn").exists() and "Traceback" not in result.stderr
+
+
+def test_a_static_graph_per_step_size_still_compiles_alone(moderate_checkpoint, tmp_path):
+    """The two-file path (``--separate-step-graphs``): a static step graph, compiled on its own."""
+    result = prepare(
+        "--model-dir", moderate_checkpoint, "--codes-length", 4, "--skip-rknn", "--output", tmp_path / "given.onnx"
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    graph = tmp_path / "given.onnx"
     result = prepare("--onnx", graph, "--output", tmp_path / "given.rknn")
     assert result.returncode == 0, result.stderr[-3000:]
     check = json.loads((tmp_path / "given.report.json").read_text())["simulator_check"]

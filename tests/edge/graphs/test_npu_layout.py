@@ -94,3 +94,58 @@ def test_a_graph_in_passes_records_them_and_equals_the_full_decode(small_decoder
     assert graph_pass_frames(one_pass) is None  # a step no longer than a pass is one pass
     with pytest.raises(EdgeExportError, match="pass_frames is for the time_on_height layout"):
         export_step_onnx(small_decoder, 8, tmp_path / "cpu.onnx", pass_frames=4)
+
+
+def test_the_dynamic_npu_graph_runs_each_step_size_like_the_static_graphs(small_decoder, tmp_path):
+    """npu_dynamic: one graph at a symbolic B (for rknn-toolkit2's dynamic_input) with the static graphs' ops,
+    exact on a mixed first/main schedule, and equal per step size to the static graph of that size."""
+    import onnx
+
+    from vllm_omni.edge.backends.onnx import export_step_onnx, graph_contract, op_report
+    from vllm_omni.edge.backends.onnxruntime import OnnxStepGraph, OnnxStepRunner
+
+    path = export_step_onnx(small_decoder, 4, tmp_path / "dyn.onnx", form="npu_dynamic", graph_layout=NPU_LAYOUT)
+    contract = graph_contract(path)
+    assert (contract.step_frames, contract.max_step_frames) == (4, 4)
+    report = op_report(path)
+    assert report.risky_for(symbolic_b=True) == {} and set(report.risky) == {"Shape"}  # only B is read
+    assert not {"ConstantOfShape", "Range", "Pad", "Tile", "Expand", "Where"} & set(report.op_counts)
+    for node in onnx.load(str(path)).graph.node:  # polyphase, as in the static graph
+        if node.op_type == "Conv":
+            assert all(list(a.ints) == [1] * len(a.ints) for a in node.attribute if a.name == "dilations"), node.name
+    graph = OnnxStepGraph(path)
+    frames = random_codes(38, seed=3)[0].T.numpy()
+    with torch.inference_mode():
+        full = small_decoder(torch.from_numpy(frames.T[None].copy()))[0, 0].numpy()
+    decoder = StatefulDecoder(graph.runner(4), first=graph.runner(2))
+    assert snr_db(full, np.concatenate([decoder.feed(frames), decoder.flush()])) > 100
+    rng = np.random.default_rng(0)
+    for frames_per_step in (2, 4):  # one step from a random cache: the same audio and cache as the static graph
+        static = export_step_onnx(
+            small_decoder, frames_per_step, tmp_path / f"b{frames_per_step}.onnx", graph_layout=NPU_LAYOUT
+        )
+        inputs = (
+            rng.integers(0, 2048, size=(1, 16, frames_per_step)),
+            rng.uniform(0, 6.28, size=(frames_per_step, 16)).astype(np.float32),
+            np.array([3.0], dtype=np.float32),
+            rng.standard_normal(contract.cache_numel).astype(np.float32),
+        )
+        pairs = zip(graph.runner(frames_per_step).run(*inputs), OnnxStepRunner(static).run(*inputs), strict=True)
+        for got, want in pairs:
+            assert np.abs(got - want).max() < 1e-5
+
+
+def test_the_dynamic_form_needs_the_npu_layout(small_decoder, tmp_path):
+    from vllm_omni.edge.backends.onnx import export_step_onnx
+    from vllm_omni.edge.errors import EdgeExportError
+
+    with pytest.raises(EdgeExportError, match="npu_dynamic form needs an NPU layout"):
+        export_step_onnx(small_decoder, 4, tmp_path / "dyn.onnx", form="npu_dynamic")
+
+
+def test_a_graph_at_a_symbolic_b_has_no_passes(small_decoder):
+    from vllm_omni.edge.errors import EdgeExportError
+
+    with pytest.raises(EdgeExportError, match="cannot decode in passes"):
+        Code2WavNpuStep(small_decoder, 8, pass_frames=4, dynamic=True)
+    assert Code2WavNpuStep(small_decoder, 8, pass_frames=8, dynamic=True).one_pass is None

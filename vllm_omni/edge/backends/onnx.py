@@ -30,10 +30,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_OPSET = 17
-# "npu": static B, NPU-safe (rknn-toolkit2); "cpu": dynamic B, rewritten for onnxruntime (one graph, every B).
-STEP_FORMS = ("npu", "cpu")
+# "npu": static B, NPU-safe (rknn-toolkit2); "npu_dynamic": the same ops at a symbolic B (rknn-toolkit2's
+# dynamic_input: one .rknn for a set of step sizes); "cpu": dynamic B, rewritten for onnxruntime (every B).
+STEP_FORMS = ("npu", "npu_dynamic", "cpu")
 # Ops that rknn-toolkit2 does not support or that broke conversions (DESIGN §4).
 RKNN_RISK_OPS = ("IsNaN", "Neg", "Range", "Reciprocal", "Pad", "Exp", "ConstantOfShape", "Shape", "Split")
+# The symbolic B of an npu_dynamic graph is read with Shape; rknn-toolkit2 2.5.0 folds that shape
+# arithmetic for each step size it compiles (measured: one dynamic_input .rknn converts and checks).
+DYNAMIC_SHAPE_OPS = ("Shape",)
 
 
 def _onnx():
@@ -49,6 +53,10 @@ class OpReport:
     nodes: int
     op_counts: dict[str, int]
     risky: dict[str, int]
+
+    def risky_for(self, symbolic_b: bool) -> dict[str, int]:
+        """The risk-list ops, less the shape reads that a graph at a symbolic B needs."""
+        return {op: n for op, n in self.risky.items() if not (symbolic_b and op in DYNAMIC_SHAPE_OPS)}
 
     def summary(self) -> str:
         risky = ", ".join(f"{op} x{n}" for op, n in sorted(self.risky.items())) or "none"
@@ -172,8 +180,10 @@ def export_step_onnx(
 ) -> Path:
     """Export a self-contained step graph for ``step_frames``, with its contract in ``metadata_props``.
 
-    ``form``: ``npu`` (static B, the formulation rknn-toolkit2 converts) or ``cpu`` (one graph for
-    any B up to ``step_frames``, rewritten for onnxruntime's fast kernels by :mod:`.onnx_cpu`).
+    ``form``: ``npu`` (static B, the formulation rknn-toolkit2 converts), ``npu_dynamic`` (the same
+    formulation for any B up to ``step_frames``, which rknn-toolkit2 compiles for a set of step sizes
+    into one ``.rknn``) or ``cpu`` (one graph for any B up to ``step_frames``, rewritten for
+    onnxruntime's fast kernels by :mod:`.onnx_cpu`).
     ``graph_layout`` picks the NPU formulation (:mod:`vllm_omni.edge.graphs.npu_layout`); the default
     (``None``) carries no layout key; any other is recorded as ``qwen3_tts.graph_layout``.
     ``pass_frames`` (NPU layout only) decodes the step in equal passes of at most that many frames
@@ -194,17 +204,19 @@ def export_step_onnx(
     onnx = _onnx()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    dynamic = form == "cpu"
-    if dynamic and graph_layout not in (None, DEFAULT_LAYOUT):
-        raise EdgeExportError(f"the cpu form has no layout {graph_layout!r}; layouts are for the npu form")
+    dynamic = form != "npu"
+    if form == "cpu" and graph_layout not in (None, DEFAULT_LAYOUT):
+        raise EdgeExportError(f"the cpu form has no layout {graph_layout!r}; layouts are for the npu forms")
+    if form == "npu_dynamic" and graph_layout in (None, DEFAULT_LAYOUT):
+        raise EdgeExportError(f"the npu_dynamic form needs an NPU layout (graph_layout={NPU_LAYOUT!r})")
     if pass_frames is not None and graph_layout != NPU_LAYOUT:
         raise EdgeExportError(f"pass_frames is for the {NPU_LAYOUT} layout, found layout {graph_layout!r}")
-    if dynamic:
+    if form == "cpu":
         step = Code2WavStep(decoder, step_frames, dynamic=True).eval()
     elif pass_frames is not None:
-        step = Code2WavNpuStep(decoder, step_frames, pass_frames=pass_frames).eval()
+        step = Code2WavNpuStep(decoder, step_frames, pass_frames=pass_frames, dynamic=dynamic).eval()
     else:
-        step = step_class(graph_layout or DEFAULT_LAYOUT)(decoder, step_frames).eval()
+        step = step_class(graph_layout or DEFAULT_LAYOUT)(decoder, step_frames, dynamic=dynamic).eval()
     dynamic_axes = (
         {"audio_codes": {2: "step_frames"}, "freqs_in": {0: "step_frames"}, "audio_values": {0: "samples"}}
         if dynamic
@@ -233,7 +245,7 @@ def export_step_onnx(
                 dynamic_axes=dynamic_axes,
             )
         model = onnx.load(str(temporary))
-        rewrites = optimize_for_cpu(model) if dynamic else {}
+        rewrites = optimize_for_cpu(model) if form == "cpu" else {}
         rewrites["shared_constants"] = share_identical_constants(model)
         for key, value in step.contract.to_metadata().items():
             prop = model.metadata_props.add()
@@ -257,12 +269,13 @@ def export_step_onnx(
             report.summary(),
             "".join(f"; {name} x{count}" for name, count in rewrites.items()),
         )
-        if report.risky and not dynamic:
+        risky = report.risky_for(symbolic_b=dynamic)
+        if risky and form != "cpu":
             logger.warning(
                 "step B=%d has ops on the RKNN risk list (%s); rknn-toolkit2 2.3.x aborted on such graphs, "
                 "2.5.0 converted them in a probe",
                 step_frames,
-                ", ".join(report.risky),
+                ", ".join(risky),
             )
         if verify is not None:
             verify(temporary)

@@ -100,6 +100,7 @@ class EngineReport:
     build_seconds: float | None = None
     regtask_warnings: int | None = None
     log_path: str | None = None
+    shape_sets: list[list[list[int]]] | None = None  # dynamic_input: every input's shape, per set
 
 
 def report_engine(
@@ -166,11 +167,17 @@ def build_engine(
     simulate: bool = False,
     inputs: dict[str, list[int]] | None = None,
     outputs: dict[str, list[int]] | None = None,
+    shape_sets: list[list[list[int]]] | None = None,
 ) -> BuiltEngine:
     """config -> load_onnx -> build (fp16, no quantization) -> export_rknn [-> init_runtime for the simulator].
 
     INT8 is not offered: it measures 9.5-13 dB SNR on this decoder (DESIGN §4). The ``.rknn`` is
     written through a temporary name, so a failed build never leaves one that looks finished.
+
+    ``shape_sets``: the toolkit's ``dynamic_input``, one list of every input's shape per set (the
+    inputs in graph order). The ``.rknn`` then holds one copy of the weights and a compiled graph per
+    set; inference (simulator, and rknnlite on a board) picks the set from the input arrays' shapes,
+    and any other shape is refused.
     """
     if target not in TARGETS:
         raise RknnBuildError("config", f"unknown target {target!r}; known: {', '.join(TARGETS)}", None)
@@ -185,7 +192,7 @@ def build_engine(
         with captured_output(log_path):
             _run_stage("config", lambda: rknn.config(
                 target_platform=target, float_dtype="float16", optimization_level=opt_level,
-                disable_rules=list(DISABLED_RULES),
+                disable_rules=list(DISABLED_RULES), dynamic_input=shape_sets,
             ), log_path)  # fmt: skip
             _run_stage("load_onnx", lambda: rknn.load_onnx(model=str(onnx_path)), log_path)
             _run_stage("build", lambda: rknn.build(do_quantization=False), log_path)
@@ -205,6 +212,7 @@ def build_engine(
     report.build_seconds = round(seconds, 1)
     report.regtask_warnings = count_regtask_warnings(log_path)
     report.log_path = str(log_path)
+    report.shape_sets = shape_sets
     if not simulate:
         rknn.release()
         rknn = None

@@ -31,6 +31,9 @@ class BuildRequest:
     partitioner: str | None = None
     step_frames: int | None = None
     first_step_frames: int | None = None  # 0: no first step
+    # NPU classes: one graph (and one compiled file, one copy of the weights) for the first and main
+    # step sizes instead of one per size; None: the class's default (``one_step_graph``)
+    one_step_graph: bool | None = None
     device_dir: str = DEFAULT_DEVICE_DIR
     check: bool = True
     force: bool = False  # replace an exec_plan.json / manifest.json in out_dir that this tool did not write

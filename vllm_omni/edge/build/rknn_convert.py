@@ -11,6 +11,12 @@ is :mod:`vllm_omni.edge.cli.rknn_convert`::
 ONNX only (either venv): ``--skip-rknn`` exports the checked ONNX step graph and stops,
 ``--check-only`` re-runs the check of an existing one.
 
+``--dynamic-input`` (with ``--first-codes-length``) exports one graph at a symbolic B instead of one
+per step size, and compiles it once with rknn-toolkit2's ``dynamic_input`` for both sizes: one
+``.rknn`` (one copy of the weights) that the plan's ``first`` and ``main`` roles both name. An
+existing dynamic graph given with ``--onnx`` is compiled that way for ``--first-codes-length`` and
+its own largest size.
+
 Graphs exported here use the NPU formulation (``--graph-layout time_on_height``,
 :mod:`vllm_omni.edge.graphs.npu_layout`), which keeps every register field of rk3588/rk3576 in
 range. A build whose toolkit log holds any ``REGTASK: The bit width of field value exceeds the
@@ -45,7 +51,7 @@ from ..audio import snr_db
 from ..backends.onnx import graph_contract, graph_formulation, op_report
 from ..backends.onnxruntime import OnnxStepRunner
 from ..backends.rknn import BuiltEngine, RknnBuildError, build_engine, require_toolkit, toolkit_version
-from ..backends.rknn_runtime import RknnSimulatorStepRunner
+from ..backends.rknn_runtime import RknnSimulatorStepRunner, shape_sets
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
 from ..errors import EdgeError, EdgeExportError
 from ..graphs.npu_layout import GRAPH_LAYOUTS, NPU_LAYOUT
@@ -113,6 +119,7 @@ class ConvertRequest:
     graph_layout: str = NPU_LAYOUT
     pass_frames: int | None = None
     allow_register_overflow: bool = False
+    dynamic_input: bool = False  # one graph and one .rknn for the first and main step sizes
 
 
 @dataclass(frozen=True)
@@ -130,9 +137,11 @@ def say(message: str) -> None:
 
 
 def onnx_paths(args: ConvertRequest) -> tuple[Path, Path | None]:
+    """The graph(s) to export: beside ``--output``, and a first-step graph unless one graph serves both."""
     base = args.output if args.output.suffix == ".onnx" else args.output.with_suffix(".onnx")
-    first = base.with_name(f"{base.stem}_first_b{args.first_codes_length}.onnx") if args.first_codes_length else None
-    return base, first
+    if not args.first_codes_length or args.dynamic_input:
+        return base, None
+    return base, base.with_name(f"{base.stem}_first_b{args.first_codes_length}.onnx")
 
 
 def check_writable(directory: Path) -> None:
@@ -157,6 +166,10 @@ def run(args: ConvertRequest, report: Callable[[str], None] = logger.info) -> Co
         )
     if args.graph_layout not in GRAPH_LAYOUTS:
         raise ConvertUsageError(f"--graph-layout must be one of {', '.join(GRAPH_LAYOUTS)}, found {args.graph_layout}")
+    if args.dynamic_input and (args.first_onnx or not args.first_codes_length):
+        raise ConvertUsageError(
+            "--dynamic-input compiles one graph for two step sizes: give --first-codes-length (and no --first-onnx)"
+        )
     compile_rknn = not (args.skip_rknn or args.check_only)
     if args.onnx is None and not args.model_dir:
         raise ConvertUsageError(
@@ -189,13 +202,21 @@ def export_graphs(args: ConvertRequest, decoder, report: Callable[[str], None]) 
     main_path, first_path = onnx_paths(args)
     graphs = {"main": main_path} | ({"first": first_path} if first_path else {})
     sizes = {"main": args.codes_length, "first": args.first_codes_length}
+    first = args.first_codes_length if args.dynamic_input else None  # the dynamic graph's check runs both
     for role, path in graphs.items():
         if args.check_only:
-            snr = check_step_graph(decoder, path)
+            snr = check_step_graph(decoder, path, first_step_frames=first)
             report(f"{path}: onnxruntime stepwise vs full decode {snr:.1f} dB")
             continue
         export_checked_step(
-            decoder, sizes[role], path, opset=args.opset, graph_layout=args.graph_layout, pass_frames=args.pass_frames
+            decoder,
+            sizes[role],
+            path,
+            opset=args.opset,
+            graph_layout=args.graph_layout,
+            pass_frames=args.pass_frames,
+            form="npu_dynamic" if args.dynamic_input else "npu",
+            first_step_frames=first,
         )
         contract = graph_contract(path)
         report(
@@ -212,13 +233,17 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
             contracts[role] = graph_contract(path)
         except StepContractError as exc:
             raise ConvertUsageError(f"--onnx {path} is not a Qwen3-TTS stateful step graph: {exc}") from exc
-        report = op_report(path)
-        if report.risky:
+        risky = op_report(path).risky_for(symbolic_b=contracts[role].dynamic)
+        if risky:
             say(
-                f"warning: {path.name} has ops on the RKNN risk list ({', '.join(sorted(report.risky))}); "
+                f"warning: {path.name} has ops on the RKNN risk list ({', '.join(sorted(risky))}); "
                 f"rknn-toolkit2 2.3.x aborted on such graphs, 2.5.0 converted them in a probe; installed: "
                 f"{toolkit_version()}"
             )
+    formulations = {role: graph_formulation(path) for role, path in graphs.items()}  # one read of each file
+    graphs, contracts = shared_graph_roles(args, graphs, contracts, main_layout=formulations["main"][0])
+    if "first" in graphs and "first" not in formulations:  # one dynamic graph serves both roles
+        formulations["first"] = formulations["main"]
     if "first" in contracts and not contracts["first"].shares_cache_with(contracts["main"]):
         raise ConvertUsageError(
             "the first and main graphs do not share a cache layout; export both from one checkpoint"
@@ -226,38 +251,45 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
     rknn_main = args.output if args.output.suffix == ".rknn" else args.output.with_suffix(".rknn")
     outputs = {"main": rknn_main}
     if "first" in graphs:
-        outputs["first"] = rknn_main.with_name(graphs["first"].with_suffix(".rknn").name)
+        shared = graphs["first"] == graphs["main"]
+        outputs["first"] = rknn_main if shared else rknn_main.with_name(graphs["first"].with_suffix(".rknn").name)
 
-    formulations = {role: graph_formulation(path) for role, path in graphs.items()}  # one read of each file
     layouts = {role: layout for role, (layout, _) in formulations.items()}
     passes = {role: frames or contracts[role].step_frames for role, (_, frames) in formulations.items()}
     engines: dict[str, BuiltEngine] = {}
     peak_rss_mb: dict[str, int] = {}
     try:
-        for role, path in graphs.items():
-            contract = contracts[role]
-            say(f"compiling {path.name} (B={contract.step_frames}, N={contract.cache_numel}) for {args.target}, fp16")
-            engines[role] = build_engine(
+        for path, roles in roles_by_graph(graphs).items():
+            sizes = sorted({contracts[role].step_frames for role in roles})
+            contract = max((contracts[role] for role in roles), key=lambda contract: contract.step_frames)
+            say(
+                f"compiling {path.name} (B={'/'.join(map(str, sizes))}, N={contract.cache_numel}) for {args.target}, "
+                f"fp16{' with dynamic_input (one .rknn for every B)' if len(sizes) > 1 else ''}"
+            )
+            engine = build_engine(
                 path,
-                outputs[role],
+                outputs[roles[0]],
                 target=args.target,
                 opt_level=args.opt_level,
                 simulate=True,
                 inputs=contract.input_shapes(),
                 outputs=contract.output_shapes(),
+                shape_sets=shape_sets([contracts[role] for role in roles]),
             )
-            report = engines[role].report
-            peak_rss_mb[role] = peak_rss_so_far_mb()
+            report = engine.report
+            for role in roles:
+                engines[role] = engine
+                peak_rss_mb[role] = peak_rss_so_far_mb()
             say(
-                f"  {outputs[role].name}: {report.size_bytes / 1e6:.1f} MB in {report.build_seconds:.1f} s "
-                f"(converter process peak RSS so far {peak_rss_mb[role]} MB); REGTASK bit-width warnings: "
+                f"  {outputs[roles[0]].name}: {report.size_bytes / 1e6:.1f} MB in {report.build_seconds:.1f} s "
+                f"(converter process peak RSS so far {peak_rss_mb[roles[0]]} MB); REGTASK bit-width warnings: "
                 f"{report.regtask_warnings} (log: {report.log_path})"
             )
         overflow = {role: engine.report.regtask_warnings for role, engine in engines.items()}
         overflow = {role: count for role, count in overflow.items() if count}
         check = simulator_check(args, graphs, contracts, engines, decoder)
     finally:
-        for engine in engines.values():
+        for engine in {id(engine): engine for engine in engines.values()}.values():
             engine.release()
 
     report_path = rknn_main.with_name(rknn_main.stem + ".report.json")
@@ -271,6 +303,8 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
                 "regtask_warnings": {role: engine.report.regtask_warnings for role, engine in engines.items()},
                 "register_overflow_allowed": args.allow_register_overflow,
                 "peak_rss_mb": peak_rss_mb,
+                "step_frames": {role: contract.step_frames for role, contract in contracts.items()},
+                "dynamic_input": dynamic_input_sizes(engines, contracts),
                 "engines": {role: vars(engine.report) for role, engine in engines.items()},
                 "simulator_check": check,
             },
@@ -284,6 +318,54 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
     formulation = {"graph_layout": layouts, "pass_frames": passes}
     plan, plan_path = write_plan(args, graphs, contracts, engines, check, formulation)
     return ConvertResult(plan, plan_path, report_path, check)
+
+
+def shared_graph_roles(
+    args: ConvertRequest, graphs: dict[str, Path], contracts: dict, main_layout: str
+) -> tuple[dict, dict]:
+    """A dynamic main graph with ``--first-codes-length`` serves ``first`` too: both roles name it, each at its B.
+
+    A dynamic graph's own contract says its largest B, which ``main`` runs; ``main_layout`` is its layout.
+    """
+    main = contracts["main"]
+    if not main.dynamic:
+        return graphs, contracts
+    if main_layout != NPU_LAYOUT:
+        raise ConvertUsageError(
+            f"{graphs['main'].name} is a dynamic graph in the CPU form; the NPU compiles the {NPU_LAYOUT} one: "
+            "export it with --dynamic-input (or let `python -m vllm_omni.edge build --hardware rockchip_npu` do it)"
+        )
+    if "first" in graphs:
+        raise ConvertUsageError(f"{graphs['main']} takes any B up to {main.max_step_frames}: give no --first-onnx")
+    if args.first_codes_length is None:
+        raise ConvertUsageError(
+            f"{graphs['main'].name} takes any B up to {main.max_step_frames} (a dynamic graph); the NPU compiles it "
+            "for a set of step sizes: give --first-codes-length for the first step (main runs its largest B)"
+        )
+    if not 1 <= args.first_codes_length < main.max_step_frames:
+        raise ConvertUsageError(
+            f"--first-codes-length must be 1..{main.max_step_frames - 1} for {graphs['main'].name} (its main step "
+            f"takes {main.max_step_frames}), found {args.first_codes_length}"
+        )
+    first = main.for_frames(args.first_codes_length)
+    return graphs | {"first": graphs["main"]}, contracts | {"first": first}
+
+
+def dynamic_input_sizes(engines: dict[str, BuiltEngine], contracts: dict) -> dict[str, list[int]]:
+    """``{.rknn file name: [B, ...]}`` of each file compiled with ``dynamic_input`` (for the plan's build record)."""
+    sizes: dict[str, list[int]] = {}
+    for role, engine in engines.items():
+        if engine.report.shape_sets:
+            sizes.setdefault(Path(engine.report.path).name, []).append(contracts[role].step_frames)
+    return {name: sorted(frames) for name, frames in sizes.items()}
+
+
+def roles_by_graph(graphs: dict[str, Path]) -> dict[Path, list[str]]:
+    """The roles of each graph file, ``main`` before ``first`` (the converter compiles each file once)."""
+    roles: dict[Path, list[str]] = {}
+    for role, path in graphs.items():
+        roles.setdefault(path, []).append(role)
+    return roles
 
 
 def peak_rss_so_far_mb() -> int:
@@ -333,7 +415,10 @@ def simulator_check(args, graphs, contracts, engines, decoder) -> dict:
     simulated = stream_steps(simulated_runners, contracts, codes, schedule)
     sim_seconds = time.perf_counter() - started
     reference_ort = stream_steps(
-        {role: OnnxStepRunner(path) for role, path in graphs.items()}, contracts, codes, schedule
+        {role: OnnxStepRunner(path, step_frames=contracts[role].step_frames) for role, path in graphs.items()},
+        contracts,
+        codes,
+        schedule,
     )
     reference, against = reference_ort, "onnxruntime"
     result = {"frames": frames, "steps": boundaries, "simulator_seconds": round(sim_seconds, 2)}
@@ -414,11 +499,12 @@ def write_plan(args, graphs, contracts, engines, check, formulation: dict):
     }
     directory = args.output.parent
     sources = {}
-    for role, path in graphs.items():  # the plan directory is self-contained: its ONNX sources sit in it
-        sources[role] = directory / path.name
-        if path.resolve() != sources[role].resolve():
+    for path, roles in roles_by_graph(graphs).items():  # the plan directory is self-contained: its sources sit in it
+        source = directory / path.name
+        if path.resolve() != source.resolve():
             say(f"copying {path} beside the plan (the simulator and CPU fallbacks compile from it)")
-            shutil.copyfile(path, sources[role])
+            shutil.copyfile(path, source)
+        sources |= dict.fromkeys(roles, source)
     plan = stateful_plan(
         hardware_class="rockchip_npu",
         backend="rknn",
@@ -441,6 +527,7 @@ def write_plan(args, graphs, contracts, engines, check, formulation: dict):
             "regtask_warnings": {role: engine.report.regtask_warnings for role, engine in engines.items()},
             "register_overflow_allowed": args.allow_register_overflow,
             **formulation,  # graph_layout and pass_frames per role
+            "dynamic_input": dynamic_input_sizes(engines, contracts),
             "simulator_check": {
                 key: check[key]
                 for key in ("frames", "steps", "per_step_snr_db", "min_step_snr_db", "mean_step_snr_db", "verdict")

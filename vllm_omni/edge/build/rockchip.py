@@ -5,6 +5,11 @@ This builder exports (or keeps) the ONNX steps in this process, then runs
 ``python -m vllm_omni.edge.cli.rknn_convert`` in the converter venv (the package must be installed
 there too), which compiles, checks in the simulator and writes the plan, and reports its outcome
 as JSON (:class:`~.rknn_convert.ConvertOutcome`) instead of an exit code.
+
+By default (the class's ``one_step_graph``) one graph at a symbolic B is exported and compiled once
+with rknn-toolkit2's ``dynamic_input`` for the first and main step sizes: one ``.rknn``, one copy of
+the weights, named by both plan roles. ``one_step_graph=False`` (``--separate-step-graphs``) keeps
+a static graph and a ``.rknn`` per step size.
 """
 
 from __future__ import annotations
@@ -72,7 +77,9 @@ def build_rknn(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan
         return kept
     main = graphs["main"][0]
     command = [python, "-m", CONVERTER_MODULE, "--model-dir", str(request.model), "--onnx", str(main)]
-    if "first" in graphs:
+    if "first" in graphs and graphs["first"][0] == main:  # one dynamic graph: one .rknn for both step sizes
+        command += ["--first-codes-length", str(graphs["first"][1].step_frames)]
+    elif "first" in graphs:
         command += ["--first-onnx", str(graphs["first"][0])]
     command += ["--target", target, "--output", str(main.with_suffix(".rknn")), "--device-dir", request.device_dir]
     request.progress(f"compiling for {target} in the converter venv ({python}); this takes minutes per step size")

@@ -105,15 +105,27 @@ def export_checked_step(
     opset: int = 17,
     graph_layout: str | None = None,
     pass_frames: int | None = None,
+    form: str = "npu",
+    first_step_frames: int | None = None,
 ) -> Path:
-    """Export a step graph and check it against the full decode before it is renamed into place."""
+    """Export a step graph and check it against the full decode before it is renamed into place.
+
+    ``first_step_frames``: a dynamic graph (``form``) is checked on the mixed schedule it will run.
+    """
 
     def verify(temporary: Path) -> None:
-        snr = check_step_graph(decoder, temporary)
+        snr = check_step_graph(decoder, temporary, first_step_frames=first_step_frames)
         logger.info("step B=%d onnxruntime stepwise vs full decode: %.1f dB", step_frames, snr)
 
     return export_step_onnx(
-        decoder, step_frames, path, opset=opset, verify=verify, graph_layout=graph_layout, pass_frames=pass_frames
+        decoder,
+        step_frames,
+        path,
+        opset=opset,
+        verify=verify,
+        form=form,
+        graph_layout=graph_layout,
+        pass_frames=pass_frames,
     )
 
 
@@ -128,9 +140,14 @@ def step_sizes(hardware_class: HardwareClass, request: BuildRequest) -> dict[str
     return {"main": main} | ({"first": first} if first else {})
 
 
-def step_graph_form(hardware_class: HardwareClass) -> str:
-    """``cpu`` (one dynamic graph for every step size, onnxruntime) or ``npu`` (a static graph per size)."""
-    return "cpu" if hardware_class.backend == "onnxruntime" else "npu"
+def step_graph_form(hardware_class: HardwareClass, request: BuildRequest | None = None) -> str:
+    """``cpu`` (one dynamic graph for every step size, onnxruntime), ``npu_dynamic`` (one NPU graph that the
+    backend compiles for the plan's step sizes, when the class's ``one_step_graph`` is set and the request
+    keeps it) or ``npu`` (a static graph per size)."""
+    if hardware_class.backend == "onnxruntime":
+        return "cpu"
+    one_graph = class_default(request.one_step_graph if request else None, hardware_class, "one_step_graph")
+    return "npu_dynamic" if one_graph else "npu"
 
 
 def export_steps(
@@ -142,15 +159,21 @@ def export_steps(
     """Export (or keep) the ONNX step graphs of ``request``; returns ``{role: (path, contract, snr)}`` and the model.
 
     CPU classes get one dynamic graph that every role runs (one copy of the weights); NPU classes a
-    static graph per step size, in the formulation ``graph_layout`` picks (``None``: the default
-    one; the Rockchip builder passes ``time_on_height``, :mod:`vllm_omni.edge.graphs.npu_layout`),
-    which is part of the kept graphs' fingerprint, like ``pass_frames`` (steps longer than that
-    decode in equal passes, :class:`~vllm_omni.edge.graphs.npu_layout.Code2WavNpuStep`). A kept graph
+    static graph per step size, or with ``one_step_graph`` (``rockchip_npu``) one graph at a symbolic
+    B that the backend compiles for exactly the plan's step sizes; in the formulation
+    ``graph_layout`` picks (``None``: the default one; the Rockchip builder passes
+    ``time_on_height``, :mod:`vllm_omni.edge.graphs.npu_layout`), which is part of the kept graphs'
+    fingerprint, like ``pass_frames`` (steps longer than that decode in equal passes,
+    :class:`~vllm_omni.edge.graphs.npu_layout.Code2WavNpuStep`; a graph at a symbolic B has no
+    passes, so a plan whose main step needs them gets a static graph per size). A kept graph
     (same checkpoint, same step sizes, same sha256 as recorded) is checked again in onnxruntime
     against the full decode when ``request.check`` is set.
     """
     sizes = step_sizes(hardware_class, request)
-    form = step_graph_form(hardware_class)
+    form = step_graph_form(hardware_class, request)
+    needs_passes = pass_frames is not None and pass_frames < max(sizes.values())
+    if form == "npu_dynamic" and (len(set(sizes.values())) < 2 or needs_passes):
+        form = "npu"  # one step size, or a main step in passes: a static graph per size
     files = resolve_speech_tokenizer(request.model)
     fingerprint = {"checkpoint_sha256": checkpoint_sha256(files)}
     if graph_layout is not None:  # the CPU builds' fingerprint stays as it was
@@ -168,6 +191,9 @@ def export_steps(
 
     if form == "cpu":  # one graph, B = 1 .. the largest step, checked on the plan's own mixed schedule
         jobs = {"step": (max(sizes.values()), sizes.get("first"), f"step_b1-{max(sizes.values())}.onnx")}
+    elif form == "npu_dynamic":  # one graph, compiled for exactly the plan's step sizes (named after them)
+        name = "step_" + "_".join(f"b{frames}" for frames in sorted(set(sizes.values()))) + ".onnx"
+        jobs = {"step": (max(sizes.values()), sizes.get("first"), name)}
     else:
         jobs = {role: (frames, None, f"step_b{frames}.onnx") for role, frames in sizes.items()}
     built: dict[str, tuple[Path, StepContract, float | None]] = {}
@@ -193,7 +219,7 @@ def export_steps(
         verdict = f"onnxruntime stepwise vs full decode {snr:.1f} dB" if snr is not None else "not checked"
         request.progress(f"{label}: {path.name} N={contract.cache_numel}: {verdict}")
         built[job] = (path, contract, snr)
-    if form == "cpu":
+    if "step" in built:  # one dynamic graph serves every role
         path, contract, snr = built["step"]
         graphs = {role: (path, contract.for_frames(frames), snr) for role, frames in sizes.items()}
     else:

@@ -35,6 +35,11 @@ class BuildSubcommand(CLISubcommand):
         build.add_argument("--step-frames", type=int, help="stateful classes: frames per main step (B)")
         build.add_argument("--first-step-frames", type=int, help="stateful classes: frames of the first step (0: none)")
         build.add_argument(
+            "--separate-step-graphs",
+            action="store_true",
+            help="NPU stateful classes: a graph (and a compiled file) per step size instead of one for both",
+        )
+        build.add_argument(
             "--device-dir", default=DEFAULT_DEVICE_DIR, help="where the plan directory sits on the device"
         )
         build.add_argument("--no-check", action="store_true", help="skip running each artifact against the reference")
@@ -63,6 +68,7 @@ class BuildSubcommand(CLISubcommand):
             partitioner=args.partitioner,
             step_frames=args.step_frames,
             first_step_frames=args.first_step_frames,
+            one_step_graph=False if args.separate_step_graphs else None,
             device_dir=args.device_dir,
             check=not args.no_check,
             force=args.force,

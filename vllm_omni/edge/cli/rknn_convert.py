@@ -35,6 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--first-onnx", type=Path, help="with --onnx: an existing small first-step graph")
     parser.add_argument("--codes-length", type=int, default=16, help="frames per step (B)")
     parser.add_argument("--first-codes-length", type=int, help="also make a small first-step graph of B1 frames")
+    parser.add_argument(
+        "--dynamic-input",
+        action="store_true",
+        help="with --first-codes-length: one graph and one .rknn (rknn-toolkit2 dynamic_input) for both step sizes",
+    )
     parser.add_argument("--target", choices=TARGETS, default="rk3588")
     parser.add_argument("--opt-level", type=int, choices=(0, 1, 2, 3), default=3, help="rknn optimization_level")
     parser.add_argument("--output", type=Path, required=True, help=".rknn (the ONNX goes beside it) or .onnx")
@@ -93,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             outcome |= {"plan": str(result.plan_path), "report": str(result.report_path)}
             print(f"simulator check: {result.check['verdict']}")
             print(f"report: {result.report_path}\nexec plan: {result.plan_path}")
-            files = " ".join(str(result.plan.path(role)) for role in result.plan.artifacts)
+            files = " ".join(dict.fromkeys(str(result.plan.path(role)) for role in result.plan.artifacts))
             print("deploy (adb; or scp to the board):")
             print(f"  adb shell mkdir -p {args.device_dir} && adb push {files} {result.plan_path} {args.device_dir}/")
             print(f"  --session-option '{session_option(result.plan)}'")

@@ -22,6 +22,12 @@ upsample stages of :class:`~.stateful.Code2WavStep` (whose CPU formulation it le
 rewrites the waveform stage that way; with ``pass_frames`` it decodes long steps in passes. The
 graph computes the same function (checked against the full decode in onnxruntime like every step
 graph).
+
+``dynamic=True`` traces the same formulation at a symbolic B (for rknn-toolkit2's ``dynamic_input``,
+one ``.rknn`` with one copy of the weights for several step sizes): masks and selection matrices
+are slices of the ``step_frames`` constants, reshapes use ``-1``, and the polyphase padding is
+computed from the length. The toolkit specializes each step size it is given, folding that shape
+arithmetic into the constants a static graph of that size holds.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2Decoder
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
     CausalConv1d,
     CausalConvTranspose1d,
@@ -69,16 +76,34 @@ class Code2WavNpuStep(Code2WavStep):
 
     graph_layout = NPU_LAYOUT
     waveform_phase_convolutions = True
+    dynamic_is_cpu_form = False
 
-    def __init__(self, decoder, step_frames: int, *, pass_frames: int | None = None):
-        super().__init__(decoder, step_frames)
+    def __init__(
+        self,
+        decoder: Qwen3TTSTokenizerV2Decoder,
+        step_frames: int,
+        *,
+        pass_frames: int | None = None,
+        dynamic: bool = False,
+    ):
+        super().__init__(decoder, step_frames, dynamic=dynamic)
         self.pass_frames = step_frames
         self.one_pass: Code2WavNpuStep | None = None
         if pass_frames is not None and pass_frames < 1:
             raise EdgeExportError(f"pass_frames must be >= 1, found {pass_frames}")
         if pass_frames is not None and pass_frames < step_frames:
+            if dynamic:  # a pass has a fixed size; a graph at a symbolic B has none to split
+                raise EdgeExportError(
+                    f"a step graph at a symbolic B cannot decode in passes (pass_frames={pass_frames} < "
+                    f"step_frames={step_frames}); build separate static graphs per step size instead"
+                )
             self.pass_frames = equal_pass_frames(step_frames, pass_frames)
             self.one_pass = Code2WavNpuStep(decoder, self.pass_frames)
+        config = decoder.config
+        heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+        # A buffer for the dynamic trace, which keeps arange (Range) in the graph when it is computed in forward.
+        select = shifted_eye(heads, heads, 0).reshape(heads, kv_heads, heads // kv_heads).sum(-1)
+        self.register_buffer("select_kv_heads", select, persistent=False)
 
     def forward(self, audio_codes, freqs_in, cache_valid, cache_in):
         if self.one_pass is None:
@@ -98,9 +123,13 @@ class Code2WavNpuStep(Code2WavStep):
         expand to ConstantOfShape)."""
         kv_heads, count, head_dim = keys.shape
         heads = kv_heads * groups
-        select = shifted_eye(heads, heads, 0).reshape(heads, kv_heads, groups).sum(-1).to(keys.dtype)
-        keys = torch.matmul(select, keys.reshape(kv_heads, count * head_dim)).reshape(heads, count, head_dim)
-        values = torch.matmul(select, values.reshape(kv_heads, count * head_dim)).reshape(heads, count, head_dim)
+        if self.dynamic:  # a symbolic count of keys
+            count, width, select = -1, -1, self.select_kv_heads.to(keys.dtype)
+        else:  # traced, and folded by the static export (the static graphs keep their bytes)
+            width = count * head_dim
+            select = shifted_eye(heads, heads, 0).reshape(heads, kv_heads, groups).sum(-1).to(keys.dtype)
+        keys = torch.matmul(select, keys.reshape(kv_heads, width)).reshape(heads, count, head_dim)
+        values = torch.matmul(select, values.reshape(kv_heads, width)).reshape(heads, count, head_dim)
         return keys, values
 
     def _conv_h(self, cache: _CacheIO, name: str, module: CausalConv1d, hidden: torch.Tensor) -> torch.Tensor:
@@ -108,7 +137,8 @@ class Code2WavNpuStep(Code2WavStep):
         conv = module.conv
         weight = conv.weight[..., None]  # [out, in, k, 1]
         # int(): static sizes, so the graph holds no Shape/ConstantOfShape (the step's sizes are fixed).
-        tail, dilation, frames, channels = conv_tail(module), conv.dilation[0], int(hidden.shape[2]), conv.in_channels
+        tail, dilation, channels = conv_tail(module), conv.dilation[0], conv.in_channels
+        frames = hidden.shape[2] if self.dynamic else int(hidden.shape[2])
         if tail == 0:
             return F.conv2d(hidden, weight, conv.bias, groups=conv.groups)
         parts = [cache.read(name)[None, :, :, None], hidden]
@@ -116,6 +146,8 @@ class Code2WavNpuStep(Code2WavStep):
         cache.write(name, joined[0, :, -tail:, 0])
         if dilation == 1:
             return F.conv2d(joined, weight, conv.bias, groups=conv.groups)
+        if self.dynamic:
+            return self._polyphase_dynamic(joined, weight, conv, frames)
         # Polyphase: sample t = q * d + p sits at [q, p]; left zeros make the length a multiple of d
         # (they only feed outputs that are cut off again).
         extra = (-frames) % dilation
@@ -126,6 +158,16 @@ class Code2WavNpuStep(Code2WavStep):
         out = F.conv2d(phases, weight, conv.bias, groups=conv.groups)
         out = out.reshape(1, conv.out_channels, frames + extra, 1)
         return out[:, :, extra:] if extra else out
+
+    def _polyphase_dynamic(self, joined: torch.Tensor, weight: torch.Tensor, conv, frames) -> torch.Tensor:
+        """The polyphase conv at a symbolic length: ``1..d`` left zeros (never none, so no step size makes
+        an empty tensor), sliced from a ``d``-long constant; the cut is computed from the length too."""
+        dilation, channels = conv.dilation[0], conv.in_channels
+        extra = dilation - frames % dilation
+        zeros = torch.zeros(1, channels, dilation, 1, dtype=joined.dtype)[:, :, :extra]
+        phases = torch.cat([zeros, joined], dim=2).reshape(1, channels, -1, dilation)
+        out = F.conv2d(phases, weight, conv.bias, groups=conv.groups)
+        return out.reshape(1, conv.out_channels, -1, 1)[:, :, extra:]
 
     def _transpose_h(
         self, cache: _CacheIO, name: str, module: CausalConvTranspose1d, hidden: torch.Tensor
@@ -139,7 +181,8 @@ class Code2WavNpuStep(Code2WavStep):
         """
         weight, bias = self._phase_weights(name)
         stride, out_channels, taps = module.stride, module.conv.out_channels, weight.shape[-1]
-        tail, frames = transpose_tail(module), int(hidden.shape[2])
+        tail = transpose_tail(module)
+        samples = -1 if self.dynamic else int(hidden.shape[2]) * stride
         if tail:
             joined = torch.cat([cache.read(name)[None, :, :, None], hidden], dim=2)
             cache.write(name, joined[0, :, -tail:, 0])
@@ -147,7 +190,7 @@ class Code2WavNpuStep(Code2WavStep):
         weight = weight.reshape(stride, out_channels, weight.shape[1], taps, 1)
         biases = bias.reshape(stride, out_channels) if bias is not None else [None] * stride
         phases = [F.conv2d(hidden, weight[phase], biases[phase]) for phase in range(stride)]
-        return torch.cat(phases, dim=3).reshape(1, out_channels, frames * stride, 1)
+        return torch.cat(phases, dim=3).reshape(1, out_channels, samples, 1)
 
     def _residual_h(self, cache: _CacheIO, name: str, unit: ResidualUnit, hidden: torch.Tensor) -> torch.Tensor:
         branch = self._conv_h(cache, f"{name}.conv1", unit.conv1, _snake(unit.act1, hidden))

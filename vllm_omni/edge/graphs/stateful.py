@@ -114,6 +114,20 @@ def polyphase_weights(module: CausalConvTranspose1d) -> tuple[torch.Tensor, torc
     return weight.reshape(stride * out_channels, in_channels, taps), bias
 
 
+def transpose_end(module: CausalConvTranspose1d, frames, dynamic: bool):
+    """Where a causal ConvTranspose's output for ``frames`` new input frames ends (a slice bound).
+
+    Its output (no padding) is ``(n - 1) * stride + kernel`` samples for ``n`` inputs, of which the
+    new frames' audio ends ``kernel - stride`` before the end. A static graph slices at
+    ``(tail + frames) * stride``; a dynamic one at that distance from the end (no shape arithmetic).
+    """
+    stride, tail = module.stride, transpose_tail(module)
+    if not dynamic:
+        return (tail + frames) * stride
+    overhang = module.conv.kernel_size[0] - stride
+    return -overhang if overhang > 0 else None
+
+
 def shifted_eye(rows: int, cols: int, shift: int) -> torch.Tensor:
     """``float32[rows, cols]`` with ones where ``col == row + shift``."""
     row = torch.arange(rows)[:, None]
@@ -150,12 +164,16 @@ class Code2WavStep(nn.Module):
     # A formulation whose waveform blocks run their ConvTransposes as phase convolutions sets this
     # (the buffers ``polyphase_decoder_*`` are made for it); the dynamic CPU form makes them for all.
     waveform_phase_convolutions = False
+    # A dynamic graph of this class is the CPU form (Concat K/V history, polyphase transposes, cosine
+    # SnakeBeta); a formulation for a device (:mod:`.npu_layout`) keeps its own ops at a symbolic B.
+    dynamic_is_cpu_form = True
 
     def __init__(self, decoder: Qwen3TTSTokenizerV2Decoder, step_frames: int, *, dynamic: bool = False):
         """``dynamic``: trace a graph that takes any B up to ``step_frames`` (one graph for every step size).
 
-        A dynamic graph joins the K/V history with Concat and slices its masks from constants built for
-        ``step_frames``: the CPU form. The static graph keeps the NPU-safe selection matmuls.
+        Its masks and selection matrices are slices of constants built for ``step_frames``. Here a
+        dynamic graph is also the CPU form (it joins the K/V history with Concat); the static graph,
+        and a dynamic graph of :class:`~.npu_layout.Code2WavNpuStep`, keep the NPU-safe selection matmuls.
         """
         super().__init__()
         config = decoder.config
@@ -167,6 +185,7 @@ class Code2WavStep(nn.Module):
         self.decoder = decoder
         self.step_frames = step_frames
         self.dynamic = dynamic
+        self.cpu_form = dynamic and self.dynamic_is_cpu_form
         self.contract = step_contract(decoder, step_frames, dynamic=dynamic)
         slots, frames = config.sliding_window - 1, step_frames
         keys = slots + frames
@@ -186,8 +205,8 @@ class Code2WavStep(nn.Module):
         self.register_buffer("slot_threshold", threshold, persistent=False)
         half = config.head_dim // 2
         self.register_buffer("rotate_sign", torch.cat([-torch.ones(half), torch.ones(half)]), persistent=False)
-        transposes = [(f"upsample.{i}.0", pair[0]) for i, pair in enumerate(decoder.upsample)] if dynamic else []
-        if dynamic or self.waveform_phase_convolutions:  # transposed convolutions as phase convolutions
+        transposes = [(f"upsample.{i}.0", pair[0]) for i, pair in enumerate(decoder.upsample)] if self.cpu_form else []
+        if self.cpu_form or self.waveform_phase_convolutions:  # transposed convolutions as phase convolutions
             transposes += [
                 (f"decoder.{i}.block.1", module.block[1])
                 for i, module in enumerate(decoder.decoder)
@@ -210,13 +229,14 @@ class Code2WavStep(nn.Module):
 
     def _transpose(self, cache: _CacheIO, name: str, module: CausalConvTranspose1d, hidden: torch.Tensor):
         tail, stride, frames = transpose_tail(module), module.stride, hidden.shape[-1]
-        if self.dynamic:
+        if self.cpu_form:
             return self._transpose_polyphase(cache, name, module, hidden)
+        end = transpose_end(module, frames, self.dynamic)
         if tail == 0:
-            return module.conv(hidden)[..., : frames * stride]
+            return module.conv(hidden)[..., :end]
         joined = torch.cat([cache.read(name)[None], hidden], dim=-1)
         cache.write(name, joined[0, :, -tail:])
-        return module.conv(joined)[..., tail * stride : (tail + frames) * stride]
+        return module.conv(joined)[..., tail * stride : end]
 
     def _phase_weights(self, name: str) -> tuple[torch.Tensor, torch.Tensor | None]:
         key = name.replace(".", "_")
@@ -259,7 +279,7 @@ class Code2WavStep(nn.Module):
         Equal up to float rounding, and onnxruntime's Cos costs about 0.7x its Sin (measured on
         this project's released shapes): SnakeBeta is the largest cost outside the convolutions.
         """
-        if not (self.dynamic and isinstance(module, SnakeBeta)):
+        if not (self.cpu_form and isinstance(module, SnakeBeta)):
             return module(hidden)
         half = module.beta_inv * 0.5
         return hidden + half - half * torch.cos(hidden * (module.alpha_exp * 2.0))
@@ -282,19 +302,18 @@ class Code2WavStep(nn.Module):
         half = head_dim // 2
         query = query * cos + torch.cat([query[..., half:], query[..., :half]], dim=-1) * sin_signed
         key = key * cos + torch.cat([key[..., half:], key[..., :half]], dim=-1) * sin_signed
-        if self.dynamic:  # CPU form: Concat joins history and new keys; the next history is the last slots
+        if self.cpu_form:  # Concat joins history and new keys; the next history is the last slots
             slots = self.select_next.shape[0]
             keys = torch.cat([cache.read(f"{name}.key"), key], dim=1)
             values = torch.cat([cache.read(f"{name}.value"), value], dim=1)
             cache.write(f"{name}.key", keys[:, -slots:])
             cache.write(f"{name}.value", values[:, -slots:])
         else:
-            keys = torch.matmul(self.select_history, cache.read(f"{name}.key")) + torch.matmul(self.select_new, key)
-            values = torch.matmul(self.select_history, cache.read(f"{name}.value")) + torch.matmul(
-                self.select_new, value
-            )
-            cache.write(f"{name}.key", torch.matmul(self.select_next, keys))
-            cache.write(f"{name}.value", torch.matmul(self.select_next, values))
+            select_history, select_new, select_next = self._selections(hidden.shape[1])
+            keys = torch.matmul(select_history, cache.read(f"{name}.key")) + torch.matmul(select_new, key)
+            values = torch.matmul(select_history, cache.read(f"{name}.value")) + torch.matmul(select_new, value)
+            cache.write(f"{name}.key", torch.matmul(select_next, keys))
+            cache.write(f"{name}.value", torch.matmul(select_next, values))
         groups = heads // kv_heads
         if groups > 1:
             keys, values = self._repeat_kv(keys, values, groups)
@@ -302,6 +321,23 @@ class Code2WavStep(nn.Module):
         weights = torch.softmax(scores, dim=-1)
         attended = torch.matmul(weights, values).transpose(0, 1).reshape(1, frames, heads * head_dim)
         return attn.o_proj(attended)
+
+    def _selections(self, frames) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The selection matrices of a ``frames``-frame step: the buffers, or (dynamic) slices of them.
+
+        With ``Bmax = step_frames``: history + new -> keys is the first ``slots + frames`` rows (and,
+        for the new keys, ``frames`` columns); keys -> next history (one where ``col == row + frames``)
+        is ``select_next``'s columns from ``Bmax - frames`` on. A toolkit that specializes each step
+        size folds the slices back into the constants a static graph of that size holds.
+        """
+        if not self.dynamic:
+            return self.select_history, self.select_new, self.select_next
+        keys = self.select_next.shape[0] + frames
+        return (
+            self.select_history[:keys],
+            self.select_new[:keys, :frames],
+            self.select_next[:, self.step_frames - frames :],
+        )
 
     def _repeat_kv(self, keys: torch.Tensor, values: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Grouped-query attention: each K/V head serves ``groups`` query heads."""

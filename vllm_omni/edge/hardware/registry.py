@@ -111,7 +111,8 @@ BUILTIN_CLASSES = (
         backend="rknn",
         dtype="fp16",
         builder="vllm_omni.edge.build.rockchip:build_rknn",
-        defaults={"first_step_frames": 2, "step_frames": 16},
+        # one_step_graph: one .rknn compiled with dynamic_input for both step sizes (one copy of the weights)
+        defaults={"first_step_frames": 2, "step_frames": 16, "one_step_graph": True},
         targets=ROCKCHIP_TARGETS,
         default_target="rk3588",
     ),
