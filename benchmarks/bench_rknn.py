@@ -66,6 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reference-only", action="store_true", help="only the fp32/fp64 reference comparison of the rows' graphs"
     )
+    parser.add_argument(
+        "--compare-one-rknn",
+        type=int,
+        default=0,
+        metavar="UTTERANCES",
+        help="after the rows: the hot checkpoint on the first target through the one-.rknn build and through the "
+        "two static files, in the simulator, on the same utterances (a first step, then four main steps each); "
+        "reports the difference of their audio",
+    )
     args = parser.parse_args(argv)
 
     from vllm_omni.edge.testing.drive import write_drive_checkpoint
@@ -175,9 +184,66 @@ def main(argv: list[str] | None = None) -> int:
             entries[name] = {"graph": name, **reference_noise(checkpoints[drive], graph, args)}
         result["fp32_reference"] = sorted(entries.values(), key=lambda entry: str(entry.get("graph")))
         result_path.write_text(json.dumps(result, indent=2))
+    if args.compare_one_rknn:
+        result["one_rknn_vs_two_files"] = compare_one_rknn(args, checkpoints["hot"], args.targets[0], main_b)
+        result_path.write_text(json.dumps(result, indent=2))
     print_table(result)
     print(f"-> {result_path}")
     return 0
+
+
+def compare_one_rknn(args, checkpoint: Path, target: str, size: int) -> dict:
+    """The one-``.rknn`` build against the two static files, in the simulator, step by step on the same input.
+
+    Each build is compiled (the converter's ``build_engine``), streamed through ``--compare-one-rknn``
+    utterances of ``first + 4 * size`` random frames (a reset between them), then released, so only
+    one build is in memory at a time.
+    """
+    import numpy as np
+
+    from vllm_omni.edge.audio import snr_db
+    from vllm_omni.edge.backends.onnx import graph_contract
+    from vllm_omni.edge.backends.rknn_runtime import RknnSimulatorStepRunner, SimulatedModel
+    from vllm_omni.edge.runtime.stateful_decoder import StatefulDecoder
+
+    first = args.first
+    dynamic = export(args, checkpoint, "hot", size, first_step_frames=first)
+    statics = {b: export(args, checkpoint, "hot", b) for b in (first, size)}
+    rng = np.random.default_rng(7)
+    utterances = [rng.integers(0, 2048, size=(first + 4 * size, 16)) for _ in range(args.compare_one_rknn)]
+
+    def stream(models: dict[int, tuple[Path, SimulatedModel]]) -> list[np.ndarray]:
+        runners = {
+            b: RknnSimulatorStepRunner(path, graph_contract(path).for_frames(b), target, engine=model)
+            for b, (path, model) in models.items()
+        }
+        decoder = StatefulDecoder(runners[size], first=runners[first])
+        audio = []
+        for frames in utterances:
+            audio.append(decoder.feed(frames))
+            decoder.reset()
+        return audio
+
+    print(f"[bench] one .rknn vs two files: compiling {dynamic.name} for {target} (B={first}/{size})", flush=True)
+    contract = graph_contract(dynamic)
+    shared = SimulatedModel(dynamic, [contract.for_frames(first), contract.for_frames(size)], target)
+    one = stream({first: (dynamic, shared), size: (dynamic, shared)})
+    del shared
+    print(f"[bench] one .rknn vs two files: compiling {', '.join(p.name for p in statics.values())}", flush=True)
+    two = stream({b: (path, SimulatedModel(path, [graph_contract(path)], target)) for b, path in statics.items()})
+    one_audio, two_audio = np.concatenate(one), np.concatenate(two)
+    entry = {
+        "target": target,
+        "checkpoint": "hot",
+        "utterances": len(utterances),
+        "steps_per_utterance": f"B={first}, then 4 x B={size}",
+        "samples": int(one_audio.size),
+        "max_abs_difference": float(np.abs(one_audio - two_audio).max()),
+        "bit_identical": bool(np.array_equal(one_audio, two_audio)),
+        "snr_db_one_vs_two": float(snr_db(two_audio, one_audio)) if not np.array_equal(one_audio, two_audio) else None,
+    }
+    print(f"[bench]   {json.dumps(entry)}", flush=True)
+    return entry
 
 
 def reference_noise(checkpoint: Path, graph: Path, args) -> dict:

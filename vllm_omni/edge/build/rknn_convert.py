@@ -3,8 +3,8 @@
 Runs where rknn-toolkit2 is installed, the converter venv (``make setup-rknn``); its command line
 is :mod:`vllm_omni.edge.cli.rknn_convert`::
 
-    .venv-rknn/bin/python -m vllm_omni.edge.cli.rknn_convert --model-dir CKPT \
-        --codes-length 16 --first-codes-length 2 --target rk3588 --output out/rknn/step_b16.rknn
+    .venv-rknn/bin/python -m vllm_omni.edge.cli.rknn_convert --model-dir CKPT --codes-length 16 \
+        --first-codes-length 2 --dynamic-input --target rk3588 --output out/rknn/step_b2_b16.rknn
     .venv-rknn/bin/python -m vllm_omni.edge.cli.rknn_convert --onnx step_b16.onnx \
         --output out/rknn/step_b16.rknn                      # compile an existing step graph alone
 
