@@ -14,7 +14,8 @@ pools of different runtimes fight on 2 cores):
   RTF (median step time / step audio), its ratio to the roofline, SNR vs the full decode.
 * ``npu-form B=16``: the static NPU-form graph (what CPU plans shipped before), for comparison.
 * ``full decode``: eager torch, the whole stream at once (baseline of the ``x full`` column).
-* ``profile``: onnxruntime's profiler over the B=16 stream: time per op type.
+* ``profile``, ``profile_first_step``: onnxruntime's profiler over the stream at B=16 and at the
+  first step's B=2: time per op type (and per step).
 * first audio, each scenario in a fresh process: ``open_decoder(plan)`` + the first B=2 step,
   split into imports, plan load (validation, sha256 or remembered identity), session, first step:
   ``first start on this device`` (empty device cache), ``cold start`` (a new process, device
@@ -131,7 +132,7 @@ def worker_step(args) -> dict:
 
 
 def worker_profile(args) -> dict:
-    """onnxruntime's profiler over the stream at B=16 (after a warm-up): milliseconds per op type."""
+    """onnxruntime's profiler over the stream at ``step_frames``: milliseconds per op type, and per step."""
     import numpy as np
     import onnxruntime as ort
 
@@ -165,7 +166,8 @@ def worker_profile(args) -> dict:
             per_op[op] = per_op.get(op, 0.0) + event["dur"] / 1e3
     total = sum(per_op.values())
     rows = sorted(({"op": op, "ms": ms, "share": ms / total} for op, ms in per_op.items()), key=lambda r: -r["ms"])
-    return {"config": "profile B=16", "total_ms": total, "rows": rows}
+    steps = -(-len(codes) // contract.step_frames)
+    return {"config": f"profile B={contract.step_frames}", "steps": steps, "total_ms": total, "rows": rows}
 
 
 def worker_first_audio(args) -> dict:
@@ -382,6 +384,9 @@ def run(args) -> int:
         steps.append(row)
     print("[bench] profile", flush=True)
     profile = worker("profile", graph=graph, step_frames=main_step, codes=codes_path, audio_out=work / "profile")
+    profile_first = worker(
+        "profile", graph=graph, step_frames=FIRST_STEP, codes=codes_path, audio_out=work / "profile_first"
+    )
 
     print("[bench] first audio", flush=True)
     with tempfile.TemporaryDirectory(dir=work) as fresh:
@@ -422,6 +427,7 @@ def run(args) -> int:
         "steps": steps,
         "conv_peak": peak,
         "profile": profile,
+        "profile_first_step": profile_first,
         "first_audio": scenarios,
         "memory": {
             "plan_stream_peak_rss_mb": cold.get("stream_peak_rss_mb"),
@@ -460,9 +466,20 @@ def print_table(report: dict) -> None:
             f"{row['config']:>18} {row['rtf']:>7.3f} {row['x_roofline']:>11.2f} {row['x_full']:>7.2f} "
             f"{row['step_seconds'] * 1e3:>8.1f} {row['snr_db_vs_full']:>7.1f} {row['peak_rss_mb']:>7.0f}"
         )
-    print("\nwhere the B=16 step's time goes (onnxruntime profiler):")
-    for row in report["profile"]["rows"][:10]:
-        print(f"  {row['op']:>28} {row['share'] * 100:5.1f}%")
+    for profile in (report["profile"], report.get("profile_first_step")):
+        if not profile:
+            continue
+        per_step = profile["total_ms"] / profile["steps"] if profile.get("steps") else None
+        frames = int(profile["config"].removeprefix("profile B="))
+        frame_seconds = report["stream_seconds"] / report["stream_frames"]
+        roofline_ms = report["gflop_per_audio_second"] * frames * frame_seconds / report["conv_peak_gflops"] * 1e3
+        print(
+            f"\nwhere the B={frames} step's time goes (onnxruntime profiler"
+            + (f", {per_step:.1f} ms of kernels per step; roofline {roofline_ms:.1f} ms):" if per_step else "):")
+        )
+        for row in profile["rows"][:10]:
+            ms = f" {row['ms'] / profile['steps']:7.2f} ms" if per_step else ""
+            print(f"  {row['op']:>28} {row['share'] * 100:5.1f}%{ms}")
     print(
         f"\n{'first audio (open + 1st step)':>28} {'s':>6} {'plan':>7} {'session':>8} {'1st step':>8} "
         f"{'| imports':>9} {'onnxruntime':>11} {'from start':>10}"
