@@ -175,8 +175,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         report = client.run(stream, sinks)  # stream and decoder errors, and Ctrl-C, end up in report.error
     finally:
-        if stream is not sys.stdin.buffer:  # closing stdin under the blocked reader thread would hang
-            stream.close()
+        stream.close()  # stdin: its descriptor stays open (the reader thread may still be blocked on it)
         if wav is not None:
             if wav.samples == 0 and (report is None or report.error is not None):
                 wav.discard()  # a failed run that decoded nothing leaves an existing file at --out as it was

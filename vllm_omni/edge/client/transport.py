@@ -83,9 +83,10 @@ def open_stream(location: str, timeout: float = NETWORK_TIMEOUT_S) -> BinaryIO:
     """A readable byte stream: ``-`` (stdin), an ``http(s)://`` URL, or a recorded file.
 
     A URL's every read waits at most ``timeout`` seconds; stdin and files wait as long as they need.
+    Stdin is read unbuffered from its file descriptor (see :func:`_stdin_stream`).
     """
     if location == "-":
-        return sys.stdin.buffer
+        return _stdin_stream()
     if _is_url(location):
         return NetworkStream(_urlopen(location, timeout, "the stream"), location, timeout)
     path = Path(location)
@@ -95,6 +96,22 @@ def open_stream(location: str, timeout: float = NETWORK_TIMEOUT_S) -> BinaryIO:
         return open(path, "rb")
     except OSError as exc:
         raise ClientError(f"cannot read the stream recording {path}: {exc}") from exc
+
+
+def _stdin_stream() -> BinaryIO:
+    """Standard input as an unbuffered reader of its file descriptor (closing it leaves the descriptor open).
+
+    The client reads its stream in a daemon thread. Blocked in ``sys.stdin.buffer.read``, that thread
+    would hold the buffer's lock, and an interpreter exiting under it (Ctrl-C, SIGTERM, an error)
+    aborts with "could not acquire lock for <_io.BufferedReader name='<stdin>'>". A raw read holds
+    no lock; short reads are fine, the record reader loops until it has what it asked for.
+    """
+    if sys.stdin is None:
+        raise ClientError("--stream -: this process has no standard input; give a recording file or a URL")
+    try:
+        return open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
+    except (OSError, ValueError) as exc:
+        raise ClientError(f"--stream -: cannot read standard input: {exc}") from exc
 
 
 def _download(
