@@ -209,12 +209,13 @@ def compare_one_rknn(args, checkpoint: Path, target: str, size: int) -> dict:
     first = args.first
     dynamic = export(args, checkpoint, "hot", size, first_step_frames=first)
     statics = {b: export(args, checkpoint, "hot", b) for b in (first, size)}
+    contracts = {path: graph_contract(path) for path in (dynamic, *statics.values())}  # one read of each graph
     rng = np.random.default_rng(7)
     utterances = [rng.integers(0, 2048, size=(first + 4 * size, 16)) for _ in range(args.compare_one_rknn)]
 
     def stream(models: dict[int, tuple[Path, SimulatedModel]]) -> list[np.ndarray]:
         runners = {
-            b: RknnSimulatorStepRunner(path, graph_contract(path).for_frames(b), target, engine=model)
+            b: RknnSimulatorStepRunner(path, contracts[path].for_frames(b), target, engine=model)
             for b, (path, model) in models.items()
         }
         decoder = StatefulDecoder(runners[size], first=runners[first])
@@ -225,12 +226,11 @@ def compare_one_rknn(args, checkpoint: Path, target: str, size: int) -> dict:
         return audio
 
     print(f"[bench] one .rknn vs two files: compiling {dynamic.name} for {target} (B={first}/{size})", flush=True)
-    contract = graph_contract(dynamic)
-    shared = SimulatedModel(dynamic, [contract.for_frames(first), contract.for_frames(size)], target)
+    shared = SimulatedModel(dynamic, [contracts[dynamic].for_frames(b) for b in (first, size)], target)
     one = stream({first: (dynamic, shared), size: (dynamic, shared)})
     del shared
     print(f"[bench] one .rknn vs two files: compiling {', '.join(p.name for p in statics.values())}", flush=True)
-    two = stream({b: (path, SimulatedModel(path, [graph_contract(path)], target)) for b, path in statics.items()})
+    two = stream({b: (path, SimulatedModel(path, [contracts[path]], target)) for b, path in statics.items()})
     one_audio, two_audio = np.concatenate(one), np.concatenate(two)
     entry = {
         "target": target,

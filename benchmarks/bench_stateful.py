@@ -167,7 +167,13 @@ def worker_profile(args) -> dict:
     total = sum(per_op.values())
     rows = sorted(({"op": op, "ms": ms, "share": ms / total} for op, ms in per_op.items()), key=lambda r: -r["ms"])
     steps = -(-len(codes) // contract.step_frames)
-    return {"config": f"profile B={contract.step_frames}", "steps": steps, "total_ms": total, "rows": rows}
+    return {
+        "config": f"profile B={contract.step_frames}",
+        "step_frames": contract.step_frames,
+        "steps": steps,
+        "total_ms": total,
+        "rows": rows,
+    }
 
 
 def worker_first_audio(args) -> dict:
@@ -466,20 +472,16 @@ def print_table(report: dict) -> None:
             f"{row['config']:>18} {row['rtf']:>7.3f} {row['x_roofline']:>11.2f} {row['x_full']:>7.2f} "
             f"{row['step_seconds'] * 1e3:>8.1f} {row['snr_db_vs_full']:>7.1f} {row['peak_rss_mb']:>7.0f}"
         )
-    for profile in (report["profile"], report.get("profile_first_step")):
-        if not profile:
-            continue
-        per_step = profile["total_ms"] / profile["steps"] if profile.get("steps") else None
-        frames = int(profile["config"].removeprefix("profile B="))
-        frame_seconds = report["stream_seconds"] / report["stream_frames"]
+    frame_seconds = report["stream_seconds"] / report["stream_frames"]
+    for profile in (report["profile"], report["profile_first_step"]):
+        frames, steps = profile["step_frames"], profile["steps"]
         roofline_ms = report["gflop_per_audio_second"] * frames * frame_seconds / report["conv_peak_gflops"] * 1e3
         print(
-            f"\nwhere the B={frames} step's time goes (onnxruntime profiler"
-            + (f", {per_step:.1f} ms of kernels per step; roofline {roofline_ms:.1f} ms):" if per_step else "):")
+            f"\nwhere the B={frames} step's time goes (onnxruntime profiler, {profile['total_ms'] / steps:.1f} ms "
+            f"of kernels per step; roofline {roofline_ms:.1f} ms):"
         )
         for row in profile["rows"][:10]:
-            ms = f" {row['ms'] / profile['steps']:7.2f} ms" if per_step else ""
-            print(f"  {row['op']:>28} {row['share'] * 100:5.1f}%{ms}")
+            print(f"  {row['op']:>28} {row['share'] * 100:5.1f}% {row['ms'] / steps:7.2f} ms")
     print(
         f"\n{'first audio (open + 1st step)':>28} {'s':>6} {'plan':>7} {'session':>8} {'1st step':>8} "
         f"{'| imports':>9} {'onnxruntime':>11} {'from start':>10}"

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..audio import snr_db
 from ..backends.onnx import graph_contract, graph_formulation, op_report
-from ..backends.onnxruntime import OnnxStepRunner
+from ..backends.onnxruntime import OnnxStepGraph
 from ..backends.rknn import BuiltEngine, RknnBuildError, build_engine, require_toolkit, toolkit_version
 from ..backends.rknn_runtime import RknnSimulatorStepRunner, shape_sets
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
@@ -414,8 +414,9 @@ def simulator_check(args, graphs, contracts, engines, decoder) -> dict:
     }
     simulated = stream_steps(simulated_runners, contracts, codes, schedule)
     sim_seconds = time.perf_counter() - started
+    sessions = {path: OnnxStepGraph(path) for path in roles_by_graph(graphs)}  # a shared graph loads once
     reference_ort = stream_steps(
-        {role: OnnxStepRunner(path, step_frames=contracts[role].step_frames) for role, path in graphs.items()},
+        {role: sessions[path].runner(contracts[role].step_frames) for role, path in graphs.items()},
         contracts,
         codes,
         schedule,

@@ -101,7 +101,7 @@ class Code2WavNpuStep(Code2WavStep):
             self.one_pass = Code2WavNpuStep(decoder, self.pass_frames)
         config = decoder.config
         heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-        # A buffer for the dynamic trace, which keeps arange (Range) in the graph when it is computed in forward.
+        # A buffer, not computed in forward: a dynamic trace would keep that arange (Range) in the graph.
         select = shifted_eye(heads, heads, 0).reshape(heads, kv_heads, heads // kv_heads).sum(-1)
         self.register_buffer("select_kv_heads", select, persistent=False)
 
@@ -122,12 +122,8 @@ class Code2WavNpuStep(Code2WavStep):
         """Grouped K/V repeated by a constant selection matmul (repeat_interleave traces to Tile + Shape,
         expand to ConstantOfShape)."""
         kv_heads, count, head_dim = keys.shape
-        heads = kv_heads * groups
-        if self.dynamic:  # a symbolic count of keys
-            count, width, select = -1, -1, self.select_kv_heads.to(keys.dtype)
-        else:  # traced, and folded by the static export (the static graphs keep their bytes)
-            width = count * head_dim
-            select = shifted_eye(heads, heads, 0).reshape(heads, kv_heads, groups).sum(-1).to(keys.dtype)
+        heads, select = kv_heads * groups, self.select_kv_heads.to(keys.dtype)
+        count, width = (-1, -1) if self.dynamic else (count, count * head_dim)  # dynamic: a symbolic count of keys
         keys = torch.matmul(select, keys.reshape(kv_heads, width)).reshape(heads, count, head_dim)
         values = torch.matmul(select, values.reshape(kv_heads, width)).reshape(heads, count, head_dim)
         return keys, values
