@@ -7,6 +7,16 @@ VLLM_TESTS := tests/entrypoints tests/model_executor/models/qwen3_tts/test_talke
 
 setup:
 	@tools/setup_venv.sh .venv requirements/dev.txt --editable
+	@$(MAKE) --no-print-directory .wheelhouse/.stamp
+
+# Wheels the client-extra test installs into a fresh venv without the network (requirements/client-wheels.txt).
+.wheelhouse/.stamp: requirements/client-wheels.txt
+	@echo "[setup] downloading the client extra's wheels into .wheelhouse"
+	@rm -rf .wheelhouse
+	@$(PY) -m pip download -q --disable-pip-version-check --only-binary=:all: -d .wheelhouse -r $< 2>.wheelhouse.log \
+		|| { cat .wheelhouse.log >&2; exit 1; }
+	@rm -f .wheelhouse.log
+	@touch $@
 
 setup-oracle:
 	@tools/setup_venv.sh .venv-oracle tools/oracle/requirements.txt --no-deps tools/oracle/requirements-nodeps.txt

@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from vllm_omni.edge.audio import snr_db
-    from vllm_omni.edge.build.plans import build
-    from vllm_omni.edge.build.request import BuildRequest
+    from vllm_omni.edge.builders.plans import build
+    from vllm_omni.edge.builders.request import BuildRequest
     from vllm_omni.edge.hardware import get_hardware_class
     from vllm_omni.edge.stream import StreamStart, encode_recording
     from vllm_omni.edge.testing.codes import random_codes

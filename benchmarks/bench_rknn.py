@@ -39,7 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 CONVERTER = ["-m", "vllm_omni.edge.cli.rknn_convert"]
 
-from vllm_omni.edge.build.rockchip import MAX_PASS_FRAMES  # noqa: E402 (after the path setup)
+from vllm_omni.edge.builders.rockchip import MAX_PASS_FRAMES  # noqa: E402 (after the path setup)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,7 +259,7 @@ def reference_noise(checkpoint: Path, graph: Path, args) -> dict:
 
     from vllm_omni.edge.audio import snr_db
     from vllm_omni.edge.backends.onnxruntime import OnnxStepRunner
-    from vllm_omni.edge.build.rknn_convert import stream_steps
+    from vllm_omni.edge.builders.rknn_convert import stream_steps
     from vllm_omni.edge.checkpoint import load_code2wav_decoder
 
     decoder = load_code2wav_decoder(checkpoint)

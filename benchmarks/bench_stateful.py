@@ -315,8 +315,8 @@ def run(args) -> int:
 
     from vllm_omni.edge.audio import snr_db
     from vllm_omni.edge.backends.onnx import export_step_onnx
-    from vllm_omni.edge.build.plans import build
-    from vllm_omni.edge.build.request import BuildRequest
+    from vllm_omni.edge.builders.plans import build
+    from vllm_omni.edge.builders.request import BuildRequest
     from vllm_omni.edge.checkpoint import load_code2wav_decoder, resolve_speech_tokenizer
     from vllm_omni.edge.hardware.registry import get_hardware_class
     from vllm_omni.edge.testing.codes import random_codes

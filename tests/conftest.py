@@ -6,12 +6,102 @@ test modules never import each other.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
 from vllm_omni.edge.checkpoint import load_code2wav_decoder
 from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+
+# -- which venv runs what, and no run that passes by skipping ------------------------------------------
+#
+# `make test` runs the suite twice: `-m "not vllm"` in .venv, `-m vllm` in .venv-vllm. A module marked
+# vllm as a whole (`pytestmark = pytest.mark.vllm`) imports vllm at its top, so where vllm does not
+# import it is not collected at all; a run that selects the vllm tests there fails at once, in one line.
+# Every skip must be a documented one: a run that passed fewer tests than it collected, less the
+# documented skips, fails (a broken venv cannot turn a pass into skips).
+
+VLLM_MODULE_MARK = "pytestmark = pytest.mark.vllm"
+# Reasons a test may be skipped for, by the start of its reason, with where it runs instead.
+DOCUMENTED_SKIPS = {
+    "needs a CUDA device": "the talker's GPU smoke test; it runs where a GPU is lent",
+}
+
+
+def _vllm_importable() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _selects_vllm_tests(config: pytest.Config) -> bool:
+    markexpr = (config.getoption("markexpr") or "").replace(" ", "")
+    return "vllm" in markexpr and "notvllm" not in markexpr
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _selects_vllm_tests(config) and not _vllm_importable():
+        raise pytest.UsageError(
+            f"the vLLM tests were selected (-m {config.getoption('markexpr')!r}) but vllm does not import in "
+            f"{sys.prefix}: run `make setup-vllm` (delete {sys.prefix}/.stamp first to rebuild it)"
+        )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if collection_path.suffix == ".py" and collection_path.name.startswith("test_") and not _vllm_importable():
+        return VLLM_MODULE_MARK in collection_path.read_text(encoding="utf-8") or None
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _vllm_importable():
+        return
+    vllm_items = [item for item in items if item.get_closest_marker("vllm") is not None]
+    if vllm_items:
+        config.hook.pytest_deselected(items=vllm_items)
+        items[:] = [item for item in items if item.get_closest_marker("vllm") is None]
+
+
+_PASSED: set[str] = set()
+_SKIPPED: dict[str, str] = {}  # node id -> reason
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _SKIPPED[report.nodeid] = reason.removeprefix("Skipped: ")
+    elif report.when == "call" and report.passed:
+        _PASSED.add(report.nodeid)
+
+
+def _shortfall(session: pytest.Session) -> str | None:
+    """Why this run passed fewer tests than it collected less the documented skips, or None."""
+    documented = {node for node, reason in _SKIPPED.items() if reason.startswith(tuple(DOCUMENTED_SKIPS))}
+    expected = session.testscollected - len(documented)
+    if len(_PASSED) >= expected:
+        return None
+    undocumented = [(node, reason) for node, reason in _SKIPPED.items() if node not in documented]
+    first = f"; first skip: {undocumented[0][0]}: {undocumented[0][1]}" if undocumented else ""
+    return (
+        f"{len(_PASSED)} tests passed of {session.testscollected} collected less {len(documented)} documented skips "
+        f"({expected}){first}: a run must not go green by skipping (tests/conftest.py DOCUMENTED_SKIPS)"
+    )
+
+
+_FAILURES: list[str] = []  # the shortfall of this run, once it finished (the summary prints it)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    ran = exitstatus == pytest.ExitCode.OK and not session.config.option.collectonly
+    shortfall = _shortfall(session) if ran else None
+    if shortfall:
+        _FAILURES.append(shortfall)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    for failure in _FAILURES:  # after pytest_sessionfinish: the terminal reporter summarises after it
+        terminalreporter.write_line(f"FAILED: {failure}", red=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -53,3 +143,26 @@ def talker_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def small_decoder(small_checkpoint: Path):
     return load_code2wav_decoder(small_checkpoint)
+
+
+# Stateful CPU classes at the small geometry: first step B=2, main step B=4 (a few seconds).
+STEP_ARGS = ("--step-frames", "4", "--first-step-frames", "2")
+
+
+def _build_plan(checkpoint: Path, out_dir: Path, hardware: str, *args: str) -> Path:
+    from vllm_omni.edge.cli.main import main as edge_main
+
+    command = ["build", "--hardware", hardware, "--model", str(checkpoint), "--out", str(out_dir), *args]
+    assert edge_main(command) == 0
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def build_plan():
+    """``build_plan(checkpoint, out_dir, hardware, *args)``: ``python -m vllm_omni.edge build``, which must succeed."""
+    return _build_plan
+
+
+@pytest.fixture(scope="session")
+def cpu_plan(small_checkpoint, tmp_path_factory) -> Path:
+    return _build_plan(small_checkpoint, tmp_path_factory.mktemp("plans") / "cpu_x86_64", "cpu_x86_64", *STEP_ARGS)

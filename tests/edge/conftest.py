@@ -1,4 +1,7 @@
-"""Artifacts made once per session (small geometry): windowed ``.pt2`` and ``.pte`` programs, CPU and phone plans."""
+"""Artifacts made once per session (small geometry): windowed ``.pt2`` and ``.pte`` programs, phone plans.
+
+The CPU plan (``cpu_plan``), ``build_plan`` and ``STEP_ARGS`` are in ``tests/conftest.py``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from vllm_omni.edge.cli.export import main as export_main
-from vllm_omni.edge.cli.main import main as edge_main
+
+from ..conftest import STEP_ARGS, _build_plan
 
 # .pt2: windows 0+2, 2+4, 4+4 (a ramp and the steady state). .pte (about 45 s of lowering per
 # program on 2 cores): windows 0+2 and 2+2, whose context is the whole stream so far.
@@ -41,27 +45,6 @@ def pt2_programs(small_checkpoint, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def pte_programs(small_checkpoint, tmp_path_factory) -> Path:
     return _export_programs(small_checkpoint, tmp_path_factory.mktemp("programs") / "pte", *PTE_ARGS)
-
-
-def _build_plan(checkpoint: Path, out_dir: Path, hardware: str, *args: str) -> Path:
-    command = ["build", "--hardware", hardware, "--model", str(checkpoint), "--out", str(out_dir), *args]
-    assert edge_main(command) == 0
-    return out_dir
-
-
-@pytest.fixture(scope="session")
-def build_plan():
-    """``build_plan(checkpoint, out_dir, hardware, *args)``: ``python -m vllm_omni.edge build``, which must succeed."""
-    return _build_plan
-
-
-# Stateful CPU classes at the small geometry: first step B=2, main step B=4 (a few seconds).
-STEP_ARGS = ("--step-frames", "4", "--first-step-frames", "2")
-
-
-@pytest.fixture(scope="session")
-def cpu_plan(small_checkpoint, tmp_path_factory) -> Path:
-    return _build_plan(small_checkpoint, tmp_path_factory.mktemp("plans") / "cpu_x86_64", "cpu_x86_64", *STEP_ARGS)
 
 
 # npu_phone over the same windows as the session's .pte programs (PTE_ARGS): 0+2 and 2+2, here as two

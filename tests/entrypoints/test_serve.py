@@ -23,12 +23,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.vllm
-pytest.importorskip("vllm")
+from vllm_omni.edge.audio import float_to_pcm16, snr_db
+from vllm_omni.edge.plan.model import ExecPlan
+from vllm_omni.edge.stream import FrameBatch, iter_events
 
-from vllm_omni.edge.audio import float_to_pcm16, snr_db  # noqa: E402
-from vllm_omni.edge.plan.model import ExecPlan  # noqa: E402
-from vllm_omni.edge.stream import FrameBatch, iter_events  # noqa: E402
+pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
 KEY = "test-key-123"
 SERVE_ARGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "512", "--block-size", "32"]

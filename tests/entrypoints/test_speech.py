@@ -14,16 +14,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import vllm
 
-pytestmark = pytest.mark.vllm
-vllm = pytest.importorskip("vllm")
-
-from vllm_omni.entrypoints.speech import (  # noqa: E402
+from vllm_omni.entrypoints.speech import (
     AsyncCodecFrameGenerator,
     CodecFrameGenerator,
     SpeechRequest,
     SpeechRequestError,
 )
+
+pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
 ORACLE_PYTHON = Path(".venv-oracle/bin/python")
 ORACLE_SCRIPT = Path("tools/oracle/qwen_tts_talker_oracle.py")

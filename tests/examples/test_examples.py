@@ -49,7 +49,6 @@ def test_build_a_plan_then_decode_a_recording_on_the_device(repo_root, small_che
 
 @pytest.mark.vllm
 def test_generate_frames_offline(repo_root, talker_checkpoint, tmp_path):
-    pytest.importorskip("vllm")
     out = tmp_path / "frames.npy"
     stdout = run_example(repo_root, "generate_frames.py", "--model", str(talker_checkpoint), "--text", "Hello there.",
                          "--greedy", "--max-frames", "12", "--out", str(out))  # fmt: skip
@@ -59,7 +58,6 @@ def test_generate_frames_offline(repo_root, talker_checkpoint, tmp_path):
 
 @pytest.mark.vllm
 def test_serve_stream_and_decode_on_loopback(repo_root, talker_checkpoint, tmp_path):
-    pytest.importorskip("vllm")
     out = tmp_path / "speech.wav"
     run_example(repo_root, "serve_and_stream.py", "--model", str(talker_checkpoint), "--text", "Hello there.",
                 "--out", str(out), "--artifacts", str(tmp_path / "artifacts"), "--max-frames", "12")  # fmt: skip

@@ -28,8 +28,9 @@ from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
     Qwen3TTSConfig,
 )
 from vllm_omni.model_executor.models.qwen3_tts.engine_ids import decode_residuals
+from vllm_omni.model_executor.models.qwen3_tts.engine_settings import talker_engine_args
 from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import PromptBuilder, SpeechRequestError
-from vllm_omni.model_executor.models.qwen3_tts.talker_requests import LOGITS_PROCESSOR, TalkerRequestSpec
+from vllm_omni.model_executor.models.qwen3_tts.talker_requests import TalkerRequestSpec
 
 logger = logging.getLogger(__name__)
 
@@ -177,19 +178,6 @@ class _SpeechFrontend:
         return FrameAssembler(*self.frame_args)
 
 
-def engine_defaults(engine_args: dict[str, Any]) -> dict[str, Any]:
-    """Engine arguments the talker needs, under the caller's own (which ``check_engine`` verifies)."""
-    os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
-    defaults = {
-        "skip_tokenizer_init": True,
-        "enable_prefix_caching": False,
-        "logits_processors": [LOGITS_PROCESSOR],
-        "generation_config": "vllm",
-        "max_logprobs": 20,
-    }
-    return defaults | engine_args
-
-
 def _hub_snapshot(model: str) -> Path | None:
     """The hub snapshot holding ``generation_config.json`` (vLLM fetched the rest of the model already)."""
     from huggingface_hub import snapshot_download
@@ -209,7 +197,7 @@ class CodecFrameGenerator(_SpeechFrontend):
         from vllm import LLM
 
         model = os.fspath(model)
-        self.llm = LLM(model=model, **engine_defaults(engine_args))
+        self.llm = LLM(model=model, **talker_engine_args(engine_args))
         model_config = self.llm.llm_engine.model_config
         self._setup(model, model_config, model_config.max_model_len)
 
@@ -244,7 +232,7 @@ class AsyncCodecFrameGenerator(_SpeechFrontend):
         from vllm.v1.engine.async_llm import AsyncLLM
 
         model = os.fspath(model)
-        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_defaults(engine_args)))
+        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **talker_engine_args(engine_args)))
         self._attach(engine, model)
 
     @classmethod

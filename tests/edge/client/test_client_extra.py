@@ -1,4 +1,7 @@
-"""The `client` extra: a fresh venv with numpy, jsonschema, onnxruntime and the package decodes a CPU plan, no torch."""
+"""The `client` extra: a fresh venv with numpy, jsonschema, onnxruntime and the package decodes a CPU plan, no torch.
+
+Installed offline, from the wheels `make setup` keeps in .wheelhouse/ (requirements/client-wheels.txt).
+"""
 
 from __future__ import annotations
 
@@ -9,13 +12,13 @@ import venv
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.testing.codes import random_codes
 
-# The versions CI pins for the main venv (requirements/base.txt, requirements/dev.txt).
-CLIENT_PINS = ("numpy==2.4.6", "jsonschema==4.26.0", "onnxruntime==1.31.1")
+CLIENT_PINS = ("numpy==2.4.6", "jsonschema==4.26.0", "onnxruntime==1.31.1")  # the client extra, as CI pins it
 DECODE = """
 import json, sys
 import numpy as np
@@ -34,9 +37,11 @@ print(json.dumps({"torch_loaded": "torch" in sys.modules, "torch_importable": to
 """
 
 
-def pip(python: Path, *args: str) -> None:
+def pip(python: Path, wheelhouse: Path, *args: str) -> None:
+    """``pip install`` from ``wheelhouse`` only: the suite runs without the network once `make setup` has run."""
+    offline = ("--no-index", "--find-links", str(wheelhouse))
     result = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args],
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *offline, *args],
         capture_output=True,
         text=True,
         timeout=900,
@@ -45,15 +50,20 @@ def pip(python: Path, *args: str) -> None:
 
 
 def test_the_client_extra_decodes_a_cpu_plan_in_a_venv_without_torch(cpu_plan, small_decoder, tmp_path, repo_root):
+    wheelhouse = repo_root / ".wheelhouse"
+    if not (wheelhouse / ".stamp").exists():
+        pytest.fail(f"no client wheels in {wheelhouse}: run `make setup` (make test does)")
+    pinned = (repo_root / "requirements" / "client-wheels.txt").read_text()
+    assert all(pin in pinned.split() for pin in CLIENT_PINS), "the wheelhouse must hold the pins this test installs"
     environment = tmp_path / "client-venv"
     venv.create(environment, with_pip=True)
     python = environment / "bin" / "python"
-    pip(python, *CLIENT_PINS)
+    pip(python, wheelhouse, *CLIENT_PINS)
     source = tmp_path / "source"  # pip builds in the source tree: keep build/ and *.egg-info out of the repo
     shutil.copytree(repo_root / "vllm_omni", source / "vllm_omni", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(repo_root / name, source / name)
-    pip(python, "--no-deps", str(source))
+    pip(python, wheelhouse, "--no-deps", str(source))
 
     codes = random_codes(13, seed=5)
     frames_path, audio_path = tmp_path / "frames.npy", tmp_path / "audio.npy"

@@ -82,7 +82,7 @@ def test_a_step_in_passes_gives_the_single_pass_audio_and_cache(small_decoder, p
 
 def test_a_graph_in_passes_records_them_and_equals_the_full_decode(small_decoder, tmp_path):
     from vllm_omni.edge.backends.onnx import export_step_onnx, graph_contract, graph_pass_frames
-    from vllm_omni.edge.build.steps import check_step_graph
+    from vllm_omni.edge.builders.steps import check_step_graph
     from vllm_omni.edge.errors import EdgeExportError
 
     path = export_step_onnx(small_decoder, 8, tmp_path / "passes.onnx", graph_layout=NPU_LAYOUT, pass_frames=4)

@@ -50,7 +50,7 @@ def test_a_class_from_another_package_registers_through_the_entry_point_group(tm
     (tmp_path / "edge_plugin_demo.py").write_text(
         "from vllm_omni.edge.hardware import HardwareClass\n"
         "TV_BOX = HardwareClass(name='tv_box', description='a TV box CPU', graph_kind='stateful',\n"
-        "    backend='onnxruntime', dtype='fp32', builder='vllm_omni.edge.build.plans:build_onnx_steps',\n"
+        "    backend='onnxruntime', dtype='fp32', builder='vllm_omni.edge.builders.plans:build_onnx_steps',\n"
         "    defaults={'first_step_frames': 0, 'step_frames': 8})\n"
     )
     dist = tmp_path / "edge_plugin_demo-1.0.dist-info"

@@ -191,7 +191,7 @@ def export_step_onnx(
 
     The graph is written under a temporary name; ``verify(temporary)`` (when given) runs before the
     rename, so a graph that fails its check never appears at ``path``
-    (:func:`vllm_omni.edge.build.steps.export_checked_step` checks against the full decode).
+    (:func:`vllm_omni.edge.builders.steps.export_checked_step` checks against the full decode).
     """
     import torch
 

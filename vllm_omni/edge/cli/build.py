@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 
 from ..plan.model import DEFAULT_DEVICE_DIR
+from ..progress import progress_printer
 from .types import CLISubcommand
 
-
-def say(message: str) -> None:
-    print(f"[build] {message}", file=sys.stderr, flush=True)
+say = progress_printer("build")
 
 
 class BuildSubcommand(CLISubcommand):
@@ -49,8 +48,8 @@ class BuildSubcommand(CLISubcommand):
         return build
 
     def cmd(self, args: argparse.Namespace) -> int:
-        from ..build.plans import build
-        from ..build.request import BuildArgumentError, BuildRequest
+        from ..builders.plans import build
+        from ..builders.request import BuildArgumentError, BuildRequest
         from ..graphs.window_contract import WindowConfigError
         from ..hardware import get_hardware_class
 

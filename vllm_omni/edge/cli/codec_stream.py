@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import EdgeError
 from ..files import write_atomically
 from ..plan.model import PLAN_NAME, ExecPlan
-from ..stream import PACKINGS, RECORDING_MAGIC, FrameBatch, StreamStart, encode_recording, iter_events
+from ..stream import PACKINGS, RECORDING_MAGIC, FrameBatch, StreamStart, encode_recording, iter_events, message_batches
 from .types import positive_int, same_file
 
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             if codes.ndim != 2:
                 raise EdgeError(f"{args.codes}: codes must be [T, Q] (frame-major), found shape {list(codes.shape)}")
-            batches = [(codes[i : i + size], {}) for i in range(0, len(codes), size)]
+            batches = [(piece, {}) for piece in message_batches(codes, size)]
             if batches:
                 batches[-1] = (batches[-1][0], {"end_of_stream": True})
             data = encode_recording(start, batches)

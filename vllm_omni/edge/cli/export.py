@@ -1,7 +1,7 @@
 """Export the windowed programs of a Qwen3-TTS checkpoint's Code2Wav decoder (script ``vllm-omni-edge-export``).
 
 One fixed-shape program per window of the ramp, verified, plus ``manifest.json``
-(:func:`vllm_omni.edge.build.windowed.export_windowed_programs`)::
+(:func:`vllm_omni.edge.builders.windowed.export_windowed_programs`)::
 
     python -m vllm_omni.edge.decoder_export --model DIR_OR_HUB_ID --ramp 2 4 8 16 25 --context 72 \
         --backend executorch --partitioner xnnpack --out-dir out/npu_phone
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..build.windowed import WindowedExportRequest, export_summary, export_windowed_programs
+    from ..builders.windowed import WindowedExportRequest, export_summary, export_windowed_programs
 
     args = build_parser().parse_args(argv)
     if not args.model:

@@ -1,10 +1,12 @@
 """``python -m vllm_omni.edge.cli.rknn_convert`` (converter venv): compile step graphs to ``.rknn``, check, plan.
 
-The library is :mod:`vllm_omni.edge.build.rknn_convert`. Exit codes: 0 done, 1 a failed stage,
-2 bad arguments, 4 the simulator check missed the bar, 5 REGTASK register-overflow warnings
-(without ``--allow-register-overflow``). ``--outcome-json FILE`` also writes the
-outcome as JSON (``status``: ``ok``, ``usage``, ``failed``, ``below_bar``, ``register_overflow``; ``error``; ``plan``,
-``report``): what the ``rockchip_npu`` builder reads instead of the exit code.
+``python tools/rknn/prepare_qwen3_tts_rknn_vocoder.py`` is the same command under the name Rockchip
+users know (a thin script that calls :func:`main`). The library is
+:mod:`vllm_omni.edge.builders.rknn_convert`. Exit codes: 0 done, 1 a failed stage, 2 bad arguments,
+4 the simulator check missed the bar, 5 REGTASK register-overflow warnings (without
+``--allow-register-overflow``). ``--outcome-json FILE`` also writes the outcome as JSON (``status``:
+``ok``, ``usage``, ``failed``, ``below_bar``, ``register_overflow``; ``error``; ``plan``, ``report``):
+what the ``rockchip_npu`` builder reads instead of the exit code.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ EXIT_CODES = {"ok": 0, "failed": 1, "usage": 2, "below_bar": 4, "register_overfl
 GRAPH_LAYOUT_CHOICES = ("time_on_height", "time_on_width")  # vllm_omni.edge.graphs.npu_layout (no torch here)
 
 
-def build_parser() -> argparse.ArgumentParser:
+PROG = "python -m vllm_omni.edge.cli.rknn_convert"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m vllm_omni.edge.cli.rknn_convert",
+        prog=prog,
         description="Prepare the Qwen3-TTS vocoder (Code2Wav) stateful step graph for a Rockchip NPU.",
     )
     add_checkpoint_argument(parser, "--model-dir", "checkpoint dir or hub id")
@@ -70,10 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """Run the converter; ``prog`` is the name usage lines show (the module or the ``tools/rknn`` script)."""
+    args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
-    from ..build.rknn_convert import (
+    from ..builders.rknn_convert import (
         ConvertRequest,
         ConvertUsageError,
         RegisterOverflowError,

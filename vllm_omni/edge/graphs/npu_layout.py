@@ -4,7 +4,7 @@ rknn-toolkit2 2.5.0 writes a tensor's width into 13-bit (rk3588, limit 8,191) or
 limit 16,383) register fields. The waveform blocks run 2,560 / 10,240 / 30,720 samples at B=16
 (122,880 at B=64), so as 1-D convolutions (time = width) they overflow those fields: the toolkit
 prints "REGTASK: The bit width of field value exceeds the limit" and a board may truncate them.
-Measured on one-op graphs at the released channel counts and lengths (see docs/build/rockchip-npu.md):
+Measured on one-op graphs at the released channel counts and lengths (see docs/hardware/rockchip-npu.md):
 
 - a dilated conv (k=7, dilation 9) overflows even at width 8,000 (the toolkit unrolls the
   dilation into a ``7 * width`` field) and took 271 s to compile at 122,880;
@@ -70,7 +70,7 @@ class Code2WavNpuStep(Code2WavStep):
     exact, so the passes compute the same audio and cache as one pass (same contract, same cache
     layout), while no tensor of the graph is longer than one pass's. rknn-toolkit2 2.5.0 needs this
     for rk3576 at B=64: its compiler stops on an internal check (SIGILL) on the single-pass graph
-    (docs/build/rockchip-npu.md). The frames split into equal passes, so one pass graph is traced
+    (docs/hardware/rockchip-npu.md). The frames split into equal passes, so one pass graph is traced
     and its constants are stored once.
     """
 

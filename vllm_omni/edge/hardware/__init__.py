@@ -1,6 +1,6 @@
 """The hardware-class registry and ``detect()``: what each class of device decodes with (data only).
 
-A class names its builder as a ``module:function`` string in :mod:`vllm_omni.edge.build`.
+A class names its builder as a ``module:function`` string in :mod:`vllm_omni.edge.builders`.
 """
 
 from .detect import OVERRIDE_ENV, Detection, detect

@@ -71,7 +71,7 @@ class HardwareClass:
             raise EdgeError(f"hardware class {self.name!r}: cannot load its builder {builder!r} ({exc})") from exc
 
 
-_BUILDERS = "vllm_omni.edge.build.plans"
+_BUILDERS = "vllm_omni.edge.builders.plans"
 # Measured at the released geometry with random weights, XNNPACK on this 2-core x86 host
 # (benchmarks/bench_phone.py; docs/windowed_programs.md has the table).
 PHONE_GRAPH_NOTES = {
@@ -101,7 +101,7 @@ BUILTIN_CLASSES = (
             "step_frames": 16,
         },
         variants={"xnnpack": "always", "coreml": "macOS with coremltools"},
-        other_graphs={"stateful": "vllm_omni.edge.build.executorch_steps:build_executorch_steps"},
+        other_graphs={"stateful": "vllm_omni.edge.builders.executorch_steps:build_executorch_steps"},
         graph_notes=PHONE_GRAPH_NOTES,
     ),
     HardwareClass(
@@ -110,7 +110,7 @@ BUILTIN_CLASSES = (
         graph_kind="stateful",
         backend="rknn",
         dtype="fp16",
-        builder="vllm_omni.edge.build.rockchip:build_rknn",
+        builder="vllm_omni.edge.builders.rockchip:build_rknn",
         # one_step_graph: one .rknn compiled with dynamic_input for both step sizes (one copy of the weights)
         defaults={"first_step_frames": 2, "step_frames": 16, "one_step_graph": True},
         targets=ROCKCHIP_TARGETS,

@@ -4,9 +4,10 @@
 makes one from what a build produced, :mod:`.manifest` is the windowed programs' own description.
 """
 
+from .artifact import PlanArtifact
 from .construct import StepArtifact, file_record, stateful_plan, windowed_plan
 from .manifest import MANIFEST_NAME, ManifestError, ProgramEntry, WindowedManifest
-from .model import DEFAULT_DEVICE_DIR, PLAN_NAME, ExecPlan, PlanArtifact, session_option
+from .model import DEFAULT_DEVICE_DIR, PLAN_NAME, ExecPlan, session_option
 from .schema import PLAN_SCHEMA, PLAN_SCHEMA_VERSION, ExecPlanError, check_schema
 
 __all__ = [

@@ -16,8 +16,9 @@ from typing import Any
 from ..files import file_sha256
 from ..graphs.step_contract import StepContract
 from ..graphs.window_contract import WindowContract
+from .artifact import PlanArtifact
 from .manifest import MANIFEST_NAME, WindowedManifest
-from .model import DEFAULT_DEVICE_DIR, ExecPlan, PlanArtifact
+from .model import DEFAULT_DEVICE_DIR, ExecPlan
 from .schema import ExecPlanError, check_schema
 from .validation import check_contracts
 

@@ -32,36 +32,11 @@ from ..geometry import CodecGeometry
 from ..graphs.step_contract import StepContract
 from ..graphs.window_contract import Window, window_schedule
 from . import validation
+from .artifact import PlanArtifact
 from .schema import PLAN_SCHEMA, PLAN_SCHEMA_VERSION, ExecPlanError, check_schema
 
 PLAN_NAME = "exec_plan.json"
 DEFAULT_DEVICE_DIR = "/data/qwen3-tts"
-
-
-@dataclass(frozen=True)
-class PlanArtifact:
-    """One file of a plan: its role, where it is (relative to the plan) and what it must be."""
-
-    role: str
-    file: str
-    sha256: str
-    size_bytes: int
-    contract: dict[str, Any]
-    source: dict[str, Any] | None = None  # the ONNX graph an .rknn was compiled from (file, sha256, size_bytes)
-    verification: dict[str, Any] | None = None
-    # The method of a multi-method program (ExecuTorch) that is this role; ``None``: the file's only program.
-    # Several roles may name one file (one copy of the weights), each through its own method.
-    method: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        row = {"file": self.file, "sha256": self.sha256, "size_bytes": self.size_bytes, "contract": self.contract}
-        if self.method is not None:  # absent, not null, when unused: older plans keep their plan_id
-            row["method"] = self.method
-        if self.source is not None:
-            row["source"] = self.source
-        if self.verification is not None:
-            row["verification"] = self.verification
-        return row
 
 
 @dataclass(frozen=True)

@@ -12,19 +12,33 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
 
 from ..files import check_file
-from ..graphs.step_contract import StepContractError
+from ..geometry import CodecGeometry
+from ..graphs.step_contract import StepContract, StepContractError
 from ..graphs.window_contract import WindowConfigError, WindowContract, check_ramp, window_schedule
 from ..integrity import verified_sha256
+from .artifact import PlanArtifact
 from .schema import ExecPlanError
 
-if TYPE_CHECKING:
-    from .model import ExecPlan
+
+class PlanParts(Protocol):
+    """What the checks read of a plan (an :class:`~.model.ExecPlan` has it); named here so that the checks
+    never import the plan model that calls them."""
+
+    graph_kind: str
+    codec: CodecGeometry
+    artifacts: Mapping[str, PlanArtifact]
+    windowed: dict[str, Any] | None
+    directory: Path | None
+
+    def step_contract(self, role: str) -> StepContract: ...
 
 
-def check_contracts(plan: ExecPlan, source: str = "plan") -> None:
+def check_contracts(plan: PlanParts, source: str = "plan") -> None:
     """Contracts against the geometry and each other; windows against the ramp and context; shared files."""
     check_shared_files(plan, source)
     if plan.graph_kind == "stateful":
@@ -33,7 +47,7 @@ def check_contracts(plan: ExecPlan, source: str = "plan") -> None:
         _check_windows(plan, source)
 
 
-def _check_steps(plan: ExecPlan, source: str) -> None:
+def _check_steps(plan: PlanParts, source: str) -> None:
     if "main" not in plan.artifacts or set(plan.artifacts) - {"main", "first"}:
         raise ExecPlanError(
             f"{source}: artifacts: a stateful plan has roles 'main' and optionally 'first', found "
@@ -75,7 +89,7 @@ def _check_steps(plan: ExecPlan, source: str) -> None:
             )
 
 
-def _check_windows(plan: ExecPlan, source: str) -> None:
+def _check_windows(plan: PlanParts, source: str) -> None:
     if plan.windowed is None:
         raise ExecPlanError(f"{source}: windowed: a windowed plan needs its ramp and context_frames")
     try:
@@ -99,7 +113,7 @@ def _check_windows(plan: ExecPlan, source: str) -> None:
                 )
 
 
-def check_artifacts(plan: ExecPlan, source: str = "plan", check_sha256: bool = True) -> None:
+def check_artifacts(plan: PlanParts, source: str = "plan", check_sha256: bool = True) -> None:
     """Every artifact (and recorded source graph) present with the plan's size and sha256."""
     if plan.directory is None:
         raise ExecPlanError(f"{source}: the plan was not read from a directory; nothing to check files against")
@@ -122,7 +136,7 @@ def check_artifacts(plan: ExecPlan, source: str = "plan", check_sha256: bool = T
             checked[file] = (field_name, size, sha256)
 
 
-def check_shared_files(plan: ExecPlan, source: str = "plan") -> None:
+def check_shared_files(plan: PlanParts, source: str = "plan") -> None:
     """Roles naming one file agree on its size and sha256, and each names a method of its own (or, for a
     dynamic step graph, runs it at its own step size: the contracts say which)."""
     first_role: dict[str, str] = {}
@@ -150,7 +164,7 @@ def check_shared_files(plan: ExecPlan, source: str = "plan") -> None:
 
 
 def _check_file(
-    plan: ExecPlan, source: str, field_name: str, file: str, size: int, sha256: str, check_sha256: bool
+    plan: PlanParts, source: str, field_name: str, file: str, size: int, sha256: str, check_sha256: bool
 ) -> None:
     path = plan.directory / file
     if path.is_symlink() or (path.exists() and plan.directory.resolve() not in path.resolve().parents):

@@ -32,7 +32,7 @@ event or raises a typed :class:`CodecStreamError`; every length is checked again
 before anything is allocated.
 """
 
-from .encoder import CodecStreamEncoder
+from .encoder import CodecStreamEncoder, message_batches
 from .errors import (
     BadVersionError,
     CodecStreamError,
@@ -106,6 +106,7 @@ __all__ = [
     "TruncatedStreamError",
     "encode_recording",
     "iter_events",
+    "message_batches",
     "pack11",
     "read_records",
     "record",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -17,6 +18,14 @@ from .messages import (
     StreamStart,
 )
 from .packing import pack11
+
+
+def message_batches(frames: np.ndarray, per_message: int) -> Iterator[np.ndarray]:
+    """``frames [T, Q]`` in consecutive pieces of at most ``per_message`` frames, one per frames message."""
+    if per_message < 1:
+        raise InvalidFramesError(f"frames per message must be at least 1, found {per_message}")
+    for first in range(0, len(frames), per_message):
+        yield frames[first : first + per_message]
 
 
 class CodecStreamEncoder:

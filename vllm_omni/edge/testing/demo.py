@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from ..audio import snr_db, write_wav
-from ..build.plans import build
-from ..build.request import BuildRequest
+from ..builders.plans import build
+from ..builders.request import BuildRequest
 from ..checkpoint import load_code2wav_decoder
 from ..errors import EdgeError
 from ..hardware import UnknownHardwareClassError, get_hardware_class, hardware_classes

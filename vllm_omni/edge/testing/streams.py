@@ -6,7 +6,15 @@ from typing import Any
 
 import numpy as np
 
-from ..stream import KIND_BINARY, KIND_JSON, RECORDING_MAGIC, CodecStreamEncoder, StreamStart, record
+from ..stream import (
+    KIND_BINARY,
+    KIND_JSON,
+    RECORDING_MAGIC,
+    CodecStreamEncoder,
+    StreamStart,
+    message_batches,
+    record,
+)
 
 
 def segment_messages(
@@ -20,7 +28,7 @@ def segment_messages(
     encoder = CodecStreamEncoder(StreamStart.for_plan(plan, **start))
     out = [(KIND_JSON, encoder.start())]
     for index, frames in enumerate(segments):
-        pieces = [frames[i : i + per_message] for i in range(0, len(frames), per_message)]
+        pieces = list(message_batches(frames, per_message))
         for number, piece in enumerate(pieces):
             last = number == len(pieces) - 1
             flags = {

@@ -21,15 +21,15 @@ from pathlib import Path
 
 from vllm.entrypoints.cli.serve import ServeSubcommand
 
-from vllm_omni.model_executor.models.qwen3_tts.talker_requests import LOGITS_PROCESSOR
+from vllm_omni.edge.progress import progress_printer
+from vllm_omni.model_executor.models.qwen3_tts.engine_settings import SETTING_NAMES, talker_engine_args
 
 GENERAL_PLUGIN = "qwen3_tts_talker"
 ENDPOINT_PLUGIN = "vllm_omni_edge"
 DEFAULT_ARTIFACTS = Path("edge-artifacts")
 
 
-def say(message: str) -> None:
-    print(f"[vllm-omni] {message}", file=sys.stderr, flush=True)
+say = progress_printer("vllm-omni")
 
 
 def allow_plugins(*names: str) -> None:
@@ -41,18 +41,10 @@ def allow_plugins(*names: str) -> None:
 
 
 def apply_talker_engine_settings(args: argparse.Namespace) -> None:
-    """The engine settings the talker needs, where the command line left them at vLLM's defaults."""
-    os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
-    processors = list(getattr(args, "logits_processors", None) or [])
-    if LOGITS_PROCESSOR not in processors:
-        args.logits_processors = [*processors, LOGITS_PROCESSOR]
-    if getattr(args, "enable_prefix_caching", None) is None:
-        args.enable_prefix_caching = False
-    args.skip_tokenizer_init = True
-    if getattr(args, "generation_config", "auto") == "auto":
-        args.generation_config = "vllm"
-    if (getattr(args, "max_logprobs", None) or 0) < 15:
-        args.max_logprobs = 20
+    """The talker's engine settings (:mod:`...engine_settings`), where the command line left vLLM's defaults."""
+    given = {name: getattr(args, name, None) for name in SETTING_NAMES}
+    for name, value in talker_engine_args(given).items():
+        setattr(args, name, value)
 
 
 class OmniServeSubcommand(ServeSubcommand):
@@ -91,7 +83,7 @@ class OmniServeSubcommand(ServeSubcommand):
     def cmd(args: argparse.Namespace) -> None:
         from vllm_omni.edge.errors import EdgeError
 
-        from ..edge_plans import prepare_plans
+        from .plan_builds import prepare_plans
 
         model = getattr(args, "model_tag", None) or args.model
         apply_talker_engine_settings(args)

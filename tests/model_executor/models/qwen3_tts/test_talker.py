@@ -6,17 +6,16 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.vllm
-pytest.importorskip("vllm")
-
-from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import Qwen3TTSConfig  # noqa: E402
-from vllm_omni.model_executor.models.qwen3_tts.engine_ids import (  # noqa: E402
+from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import Qwen3TTSConfig
+from vllm_omni.model_executor.models.qwen3_tts.engine_ids import (
     decode_residuals,
     encode_prompt_id,
     engine_vocab_size,
     residual_columns,
 )
-from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import PromptBuilder, SpeechRequestError  # noqa: E402
+from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import PromptBuilder, SpeechRequestError
+
+pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
 
 def test_prompt_ids_and_residual_channel_round_trip():
@@ -98,9 +97,9 @@ def test_bad_prompts_list_what_is_allowed(builder: PromptBuilder):
 def _engine_config(checkpoint: Path, **engine_args):
     from vllm.engine.arg_utils import EngineArgs
 
-    from vllm_omni.entrypoints.speech import engine_defaults
+    from vllm_omni.model_executor.models.qwen3_tts.engine_settings import talker_engine_args
 
-    args = engine_defaults({"dtype": "float32", "enforce_eager": True, **engine_args})
+    args = talker_engine_args({"dtype": "float32", "enforce_eager": True}) | engine_args  # what a caller overrides
     return EngineArgs(model=str(checkpoint), **args).create_engine_config()
 
 

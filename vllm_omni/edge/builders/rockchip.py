@@ -37,7 +37,7 @@ CONVERTER_PYTHON_ENV = "VLLM_OMNI_EDGE_RKNN_PYTHON"
 CONVERTER_MODULE = "vllm_omni.edge.cli.rknn_convert"
 # Steps longer than this decode in equal passes on these SoCs: rknn-toolkit2 2.5.0's compiler stops
 # on an internal check (SIGILL) for rk3576 at B=64 in one pass, and compiles B=16 passes
-# (docs/build/rockchip-npu.md).
+# (docs/hardware/rockchip-npu.md).
 MAX_PASS_FRAMES = {"rk3576": 16}
 
 
@@ -68,7 +68,7 @@ def build_rknn(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan
             f"unknown target {target!r} for {hardware_class.name}; known: {', '.join(hardware_class.targets)}"
         )
     python = converter_python()  # before any export work
-    # The NPU formulation keeps every register field in range (docs/build/rockchip-npu.md); the
+    # The NPU formulation keeps every register field in range (docs/hardware/rockchip-npu.md); the
     # converter refuses any REGTASK warning, and this builder never allows one.
     graphs, _ = export_steps(hardware_class, request, graph_layout=NPU_LAYOUT, pass_frames=MAX_PASS_FRAMES.get(target))
     kept = _kept_rknn_plan(request, target, {role: path for role, (path, _, _) in graphs.items()})

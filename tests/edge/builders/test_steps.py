@@ -2,7 +2,7 @@
 
 import pytest
 
-from vllm_omni.edge.build import steps
+from vllm_omni.edge.builders import steps
 from vllm_omni.edge.errors import EdgeExportError
 
 

@@ -19,13 +19,15 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CONVERTER = ("-m", "vllm_omni.edge.cli.rknn_convert")
 CONVERTER_PYTHON = REPO_ROOT / ".venv-rknn" / "bin" / "python"
+# The command Rockchip users know: a thin script over the same CLI (same flags, same exit codes).
+CONVERTER_SCRIPT = (str(REPO_ROOT / "tools" / "rknn" / "prepare_qwen3_tts_rknn_vocoder.py"),)
 
 
-def prepare(*args, python: Path | str = CONVERTER_PYTHON, env=None) -> subprocess.CompletedProcess:
+def prepare(*args, python: Path | str = CONVERTER_PYTHON, env=None, entry=CONVERTER) -> subprocess.CompletedProcess:
     if python == CONVERTER_PYTHON and not CONVERTER_PYTHON.exists():
         pytest.fail("the converter venv is missing: run `make setup-rknn` (make test does)")
     return subprocess.run(
-        [str(python), *CONVERTER, *map(str, args)],
+        [str(python), *entry, *map(str, args)],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
@@ -65,7 +67,7 @@ def compiled(moderate_checkpoint, tmp_path_factory) -> tuple[Path, subprocess.Co
     simulator with one cache.
 
     Steps of 192 and 768 samples: a per-step SNR over fewer samples (B=2 is 96 here) scatters by about
-    2 dB around the stream's even where the fp16 error is steady (docs/build/rockchip-npu.md).
+    2 dB around the stream's even where the fp16 error is steady (docs/hardware/rockchip-npu.md).
     """
     if not CONVERTER_PYTHON.exists():
         pytest.fail("the converter venv is missing: run `make setup-rknn` (make test does)")
@@ -188,14 +190,15 @@ def test_an_existing_dynamic_graph_needs_the_first_step_size(compiled, tmp_path)
     assert not (tmp_path / "given.rknn").exists() and "Traceback" not in result.stderr
 
 
-def test_a_static_graph_per_step_size_still_compiles_alone(moderate_checkpoint, tmp_path):
-    """The two-file path (``--separate-step-graphs``): a static step graph, compiled on its own."""
+def test_a_static_graph_per_step_size_compiles_alone_through_the_tools_script(moderate_checkpoint, tmp_path):
+    """The two-file path (``--separate-step-graphs``): a static step graph, compiled on its own by
+    ``tools/rknn/prepare_qwen3_tts_rknn_vocoder.py --onnx`` as the library command would."""
     result = prepare(
         "--model-dir", moderate_checkpoint, "--codes-length", 4, "--skip-rknn", "--output", tmp_path / "given.onnx"
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     graph = tmp_path / "given.onnx"
-    result = prepare("--onnx", graph, "--output", tmp_path / "given.rknn")
+    result = prepare("--onnx", graph, "--target", "rk3588", "--output", tmp_path / "given.rknn", entry=CONVERTER_SCRIPT)
     assert result.returncode == 0, result.stderr[-3000:]
     check = json.loads((tmp_path / "given.report.json").read_text())["simulator_check"]
     assert check["passed"] and check["snr_db_vs_onnxruntime"] >= 40 and "snr_db_vs_full_decode" not in check
@@ -225,6 +228,11 @@ def test_a_non_step_onnx_is_one_clear_line(tmp_path):
 def test_unknown_target_and_unwritable_output_fail_in_one_line(tmp_path):
     result = prepare("--onnx", tmp_path / "x.onnx", "--target", "rk9999", "--output", tmp_path / "x.rknn")
     assert result.returncode == 2 and "invalid choice: 'rk9999'" in result.stderr
+    result = prepare(
+        "--onnx", tmp_path / "x.onnx", "--target", "rk9999", "--output", tmp_path / "x.rknn", entry=CONVERTER_SCRIPT
+    )  # fmt: skip
+    assert result.returncode == 2 and "invalid choice: 'rk9999'" in result.stderr
+    assert "usage: python tools/rknn/prepare_qwen3_tts_rknn_vocoder.py" in result.stderr
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     result = prepare("--onnx", tmp_path / "x.onnx", "--output", blocker / "sub" / "x.rknn")

@@ -38,7 +38,6 @@ import logging
 import os
 import resource
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +57,7 @@ from ..graphs.npu_layout import GRAPH_LAYOUTS, NPU_LAYOUT
 from ..graphs.step_contract import StepContractError
 from ..plan.construct import StepArtifact, stateful_plan
 from ..plan.model import DEFAULT_DEVICE_DIR, ExecPlan
+from ..progress import progress_printer
 from ..runtime.stateful_decoder import rope_angles
 from .steps import check_step_graph, export_checked_step
 
@@ -132,8 +132,7 @@ class ConvertResult:
     check: dict[str, Any]
 
 
-def say(message: str) -> None:
-    print(f"[rknn] {message}", file=sys.stderr, flush=True)
+say = progress_printer("rknn")
 
 
 def onnx_paths(args: ConvertRequest) -> tuple[Path, Path | None]:

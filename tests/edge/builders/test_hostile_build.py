@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni.edge.build import windowed as windowed_build
-from vllm_omni.edge.build.state import BuildState
-from vllm_omni.edge.build.windowed import WindowedExportRequest, export_windowed_programs
+from vllm_omni.edge.builders import windowed as windowed_build
+from vllm_omni.edge.builders.state import BuildState
+from vllm_omni.edge.builders.windowed import WindowedExportRequest, export_windowed_programs
 from vllm_omni.edge.cli.main import main as edge_main
 from vllm_omni.edge.errors import EdgeExportError
 from vllm_omni.edge.files import remove_partial_files

@@ -12,7 +12,7 @@ import torch
 
 from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.backends.executorch import STEP_CONTRACT_KEY, load_program, metadata_method, step_contract_of
-from vllm_omni.edge.build.executorch_steps import PROGRAM_NAME
+from vllm_omni.edge.builders.executorch_steps import PROGRAM_NAME
 from vllm_omni.edge.cli.main import main as edge_main
 from vllm_omni.edge.plan import ExecPlan, ExecPlanError
 from vllm_omni.edge.plan.validation import check_contracts

@@ -49,8 +49,8 @@ def test_a_build_with_register_overflow_fails_unless_allowed(small_decoder, tmp_
     import pytest
 
     from vllm_omni.edge.backends.rknn import EngineReport
-    from vllm_omni.edge.build import rknn_convert
-    from vllm_omni.edge.build.steps import export_checked_step
+    from vllm_omni.edge.builders import rknn_convert
+    from vllm_omni.edge.builders.steps import export_checked_step
 
     graph = export_checked_step(small_decoder, 4, tmp_path / "step_b4.onnx", graph_layout="time_on_height")
 
@@ -76,7 +76,7 @@ def test_a_build_with_register_overflow_fails_unless_allowed(small_decoder, tmp_
 
 
 def test_a_converter_killed_by_a_signal_is_named():
-    from vllm_omni.edge.build.rockchip import died_how
+    from vllm_omni.edge.builders.rockchip import died_how
 
     assert died_how(-4) == "rknn-toolkit2 crashed (SIGILL); its build log says how far it got"
     assert "SIGKILL; out of memory?" in died_how(-9) and died_how(2) == "exit code 2"
@@ -86,8 +86,8 @@ def test_a_dynamic_graph_compiles_once_for_both_step_sizes_and_both_roles_name_i
     """--dynamic-input, without the toolkit: one build_engine call with a shape set per step size, one .rknn
     that the plan's first and main roles both name, each with its own B."""
     from vllm_omni.edge.backends.rknn import EngineReport
-    from vllm_omni.edge.build import rknn_convert
-    from vllm_omni.edge.build.steps import export_checked_step
+    from vllm_omni.edge.builders import rknn_convert
+    from vllm_omni.edge.builders.steps import export_checked_step
     from vllm_omni.edge.plan import ExecPlan
 
     graph = export_checked_step(

@@ -1,0 +1,32 @@
+"""One file of an execution plan: its role, where it lies (relative to the plan) and what it must be."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PlanArtifact:
+    """One file of a plan: its role, where it is (relative to the plan) and what it must be."""
+
+    role: str
+    file: str
+    sha256: str
+    size_bytes: int
+    contract: dict[str, Any]
+    source: dict[str, Any] | None = None  # the ONNX graph an .rknn was compiled from (file, sha256, size_bytes)
+    verification: dict[str, Any] | None = None
+    # The method of a multi-method program (ExecuTorch) that is this role; ``None``: the file's only program.
+    # Several roles may name one file (one copy of the weights), each through its own method.
+    method: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        row = {"file": self.file, "sha256": self.sha256, "size_bytes": self.size_bytes, "contract": self.contract}
+        if self.method is not None:  # absent, not null, when unused: older plans keep their plan_id
+            row["method"] = self.method
+        if self.source is not None:
+            row["source"] = self.source
+        if self.verification is not None:
+            row["verification"] = self.verification
+        return row

@@ -1,0 +1,62 @@
+"""The vLLM engine settings the talker needs, stated once.
+
+Every way of starting an engine for the talker (``CodecFrameGenerator``, ``AsyncCodecFrameGenerator``,
+``vllm serve --omni``) takes its settings from :func:`talker_engine_args`, and ``check_engine`` (in
+the model) refuses an engine started without them, naming the fix:
+
+* the v1 model runner (``VLLM_USE_V2_MODEL_RUNNER=0``): the logits-processor interface the talker uses;
+* the talker's logits processor, added to the caller's own;
+* no prefix caching (generated positions that look alike carry different residual codes);
+* prompts as self-describing ids (``skip_tokenizer_init``), vLLM's own generation defaults;
+* raw logprobs, and ``max_logprobs`` at least :data:`MAX_LOGPROBS` (the residual channel's width fits).
+
+Otherwise a setting the caller gave explicitly is kept, even a wrong one: the engine then refuses to
+start with a message that names it, instead of running with a setting the caller did not ask for.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .talker_requests import LOGITS_PROCESSOR
+
+ENVIRONMENT = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+# The residual codes of a frame ride in the top logprobs of the next token: one entry per residual
+# codebook (15 for the released 16-codebook checkpoints). vLLM's own default, 20, leaves room.
+MAX_LOGPROBS = 20
+LOGPROBS_MODE = "raw_logprobs"
+# Engine arguments (their ``EngineArgs`` / ``vllm serve`` destination names) that this module sets.
+SETTING_NAMES = (
+    "logits_processors",
+    "enable_prefix_caching",
+    "skip_tokenizer_init",
+    "generation_config",
+    "max_logprobs",
+    "logprobs_mode",
+)
+
+
+def talker_engine_args(given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` engine arguments with the talker's settings wherever the caller left vLLM's default.
+
+    ``None`` (or an absent key) means "not given", and so does ``generation_config="auto"`` (vLLM's
+    default); ``max_logprobs`` is raised to :data:`MAX_LOGPROBS` (it only bounds what a request may ask).
+    Also sets the environment the engine reads (:data:`ENVIRONMENT`), where the caller has not.
+    """
+    for name, value in ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
+    args = dict(given)
+    processors = list(args.get("logits_processors") or [])
+    args["logits_processors"] = processors if LOGITS_PROCESSOR in processors else [*processors, LOGITS_PROCESSOR]
+    if args.get("enable_prefix_caching") is None:
+        args["enable_prefix_caching"] = False
+    args["skip_tokenizer_init"] = True
+    if args.get("generation_config") in (None, "auto"):
+        args["generation_config"] = "vllm"
+    if (args.get("max_logprobs") or 0) < MAX_LOGPROBS:
+        args["max_logprobs"] = MAX_LOGPROBS
+    if args.get("logprobs_mode") is None:
+        args["logprobs_mode"] = LOGPROBS_MODE
+    return args
