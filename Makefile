@@ -1,7 +1,8 @@
 # Entry points for a fresh machine. Every target sets up what it needs, incrementally.
 PY := .venv/bin/python
 # Test modules that run in the serving venv (marked `vllm`; the rest of the suite needs .venv's packages).
-VLLM_TESTS := tests/entrypoints tests/model_executor/models/qwen3_tts/test_talker.py tests/examples
+VLLM_TESTS := tests/entrypoints tests/model_executor/models/qwen3_tts/test_talker.py \
+	tests/model_executor/models/qwen3_tts/test_talker_gpu.py tests/examples
 
 .PHONY: setup setup-oracle setup-rknn setup-vllm demo test test-vllm lint bench bench-stateful bench-talker bench-serve bench-rknn clean
 

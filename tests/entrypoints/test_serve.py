@@ -103,27 +103,16 @@ def server(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="module")
-def offline_frames(talker_checkpoint: Path, server) -> dict[str, np.ndarray]:
-    from vllm_omni.entrypoints.speech import CodecFrameGenerator, SpeechRequest
+def offline_frames(talker_generator, server) -> dict[str, np.ndarray]:
+    """The offline generator's frames (the session's engine, tests/entrypoints/conftest.py) for HELLO and OTHER."""
+    from vllm_omni.entrypoints.speech import SpeechRequest
 
-    gen = CodecFrameGenerator(
-        talker_checkpoint,
-        dtype="float32",
-        enforce_eager=True,
-        max_model_len=512,
-        gpu_memory_utilization=0.3,
-        kv_cache_memory_bytes=64 << 20,
-        block_size=32,
-    )
-    try:
-        frames = {}
-        for name, body in (("hello", HELLO), ("other", OTHER)):
-            request = SpeechRequest(
-                text=body["input"], speaker=body["voice"], language=body["language"], greedy=True, max_frames=30
-            )
-            frames[name] = gen.generate([request])[0]
-    finally:
-        gen.shutdown()
+    frames = {}
+    for name, body in (("hello", HELLO), ("other", OTHER)):
+        request = SpeechRequest(
+            text=body["input"], speaker=body["voice"], language=body["language"], greedy=True, max_frames=30
+        )
+        frames[name] = talker_generator.generate([request])[0]
     return frames
 
 

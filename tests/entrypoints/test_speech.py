@@ -28,7 +28,6 @@ pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/confte
 ORACLE_PYTHON = Path(".venv-oracle/bin/python")
 ORACLE_SCRIPT = Path("tools/oracle/qwen_tts_talker_oracle.py")
 FRAMES = 50
-ENGINE = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.3, "block_size": 32}
 
 PROMPTS = {
     "english_speaker": SpeechRequest(
@@ -82,10 +81,9 @@ def oracle_frames(repo_root: Path, talker_checkpoint: Path, tmp_path_factory) ->
 
 
 @pytest.fixture(scope="module")
-def generator(talker_checkpoint: Path):
-    gen = CodecFrameGenerator(talker_checkpoint, max_model_len=512, kv_cache_memory_bytes=64 << 20, **ENGINE)
-    yield gen
-    gen.shutdown()
+def generator(talker_generator):
+    """The session's engine (tests/entrypoints/conftest.py), shared with the serving tests."""
+    return talker_generator
 
 
 @pytest.fixture(scope="module")
@@ -142,10 +140,58 @@ def test_a_request_without_the_talker_spec_is_refused_by_the_engine(generator):
         generator.llm.generate([{"prompt_token_ids": [1, 2, 3]}], vllm.SamplingParams(max_tokens=2), use_tqdm=False)
 
 
-def test_preempted_requests_resume_with_the_same_frames(talker_checkpoint: Path, generator, alone):
+def _held_keys(model) -> list[str]:
+    from vllm_omni.model_executor.models.qwen3_tts.talker_requests import TALKER_BATCH
+
+    return list(TALKER_BATCH.held_keys())
+
+
+def held_keys(generator) -> set[str]:
+    """Request keys whose talker state the engine's worker holds (in the batch or parked)."""
+    return set(generator.llm.apply_model(_held_keys)[0])
+
+
+def test_aborted_requests_free_their_state(generator, alone):
+    from vllm.inputs import TokensPrompt
+
+    engine = generator.llm.llm_engine
+    request_ids, keys = [], set()
+    for number in range(100):
+        request = generator.build_request(greedy(PROMPTS["english_speaker"], 400))
+        keys.add(request.sampling_params.extra_args["qwen3_tts"]["request_key"])
+        prompt = TokensPrompt(prompt_token_ids=request.prompt_ids)
+        engine.add_request(f"abandoned-{number}", prompt, request.sampling_params)
+        request_ids.append(f"abandoned-{number}")
+    for _ in range(60):  # until every request has joined the batch and made frames
+        engine.step()
+        if keys <= held_keys(generator):
+            break
+    assert keys <= held_keys(generator), "the 100 requests never all ran; the test proves nothing"
+    for _ in range(3):
+        engine.step()
+    engine.abort_request(request_ids)
+    steps = 0
+    while engine.has_unfinished_requests() and steps < 400:  # each would run 400 frames: the abort ends them now
+        engine.step()
+        steps += 1
+    assert steps < 5, f"the aborted requests ran on for {steps} steps"
+    # The engine keeps serving, and no aborted request's state is left; what remains is at most the request
+    # that just finished (the runner drops it from the batch at the next step).
+    np.testing.assert_array_equal(generator.generate([greedy(PROMPTS["english_speaker"])])[0], alone["english_speaker"])
+    held = held_keys(generator)
+    assert not held & keys and len(held) <= 1, f"{len(held & keys)} aborted requests kept their state"
+
+
+def test_preempted_requests_resume_with_the_same_frames(
+    talker_checkpoint: Path, generator, alone, talker_engine_settings
+):
     del generator  # the module's engine stays up; this one has room for about two requests at a time
     small = CodecFrameGenerator(
-        talker_checkpoint, max_model_len=224, kv_cache_memory_bytes=256 << 10, disable_log_stats=False, **ENGINE
+        talker_checkpoint,
+        max_model_len=224,
+        kv_cache_memory_bytes=256 << 10,
+        disable_log_stats=False,
+        **talker_engine_settings,
     )
     try:
         frames = small.generate([greedy(request) for request in PROMPTS.values()])
@@ -157,8 +203,12 @@ def test_preempted_requests_resume_with_the_same_frames(talker_checkpoint: Path,
         np.testing.assert_array_equal(got, alone[name], err_msg=name)
 
 
-def test_streaming_yields_the_offline_frames_and_survives_a_bad_request(talker_checkpoint: Path, alone):
-    gen = AsyncCodecFrameGenerator(talker_checkpoint, max_model_len=512, kv_cache_memory_bytes=64 << 20, **ENGINE)
+def test_streaming_yields_the_offline_frames_and_survives_a_bad_request(
+    talker_checkpoint: Path, alone, talker_engine_settings
+):
+    gen = AsyncCodecFrameGenerator(
+        talker_checkpoint, max_model_len=512, kv_cache_memory_bytes=64 << 20, **talker_engine_settings
+    )
 
     async def collect(request: SpeechRequest) -> tuple[np.ndarray, int]:
         chunks = [chunk async for chunk in gen.stream(request)]
@@ -187,7 +237,9 @@ def test_streaming_yields_the_offline_frames_and_survives_a_bad_request(talker_c
     np.testing.assert_array_equal(english[0], alone["english_speaker"])
 
 
-def test_voice_design_frames_equal_the_official_talker(repo_root: Path, tmp_path_factory: pytest.TempPathFactory):
+def test_voice_design_frames_equal_the_official_talker(
+    repo_root: Path, tmp_path_factory: pytest.TempPathFactory, talker_engine_settings
+):
     from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
 
     work = tmp_path_factory.mktemp("voice-design")
@@ -201,7 +253,7 @@ def test_voice_design_frames_equal_the_official_talker(repo_root: Path, tmp_path
         ),
     }
     official = run_official(repo_root, checkpoint, prompts, 20, work)
-    gen = CodecFrameGenerator(checkpoint, max_model_len=512, kv_cache_memory_bytes=64 << 20, **ENGINE)
+    gen = CodecFrameGenerator(checkpoint, max_model_len=512, kv_cache_memory_bytes=64 << 20, **talker_engine_settings)
     try:
         ours = gen.generate([greedy(request, 20) for request in prompts.values()])
         with pytest.raises(SpeechRequestError, match="no preset speakers"):

@@ -117,3 +117,68 @@ def test_engine_settings_that_would_corrupt_frames_are_refused(talker_checkpoint
     monkeypatch.setattr(type(config), "use_v2_model_runner", property(lambda self: True))
     with pytest.raises(TalkerEngineError, match="set VLLM_USE_V2_MODEL_RUNNER=0"):
         check_engine(config)
+
+
+def test_parked_states_are_freed_when_the_engine_drops_them_and_bounded_in_bytes_and_age(monkeypatch):
+    import torch
+
+    from vllm_omni.model_executor.models.qwen3_tts import talker_requests
+    from vllm_omni.model_executor.models.qwen3_tts.talker_requests import TalkerBatch, TalkerRequestSpec
+
+    batch = TalkerBatch()
+    batch.configure(rows=4, codec_vocab=64, eos_token_id=63, device=torch.device("cpu"))
+    engine_lists = {}  # what vLLM's model runner holds: each live request's output-token list
+
+    def join(row: int, key: str) -> None:
+        spec = TalkerRequestSpec(request_key=key, trailing_text_ids=())
+        params = type("Params", (), {"extra_args": spec.to_extra_args(), "max_tokens": 100})()
+        engine_lists[key] = [5]
+        batch.add(row, params, [1, 2, 3], engine_lists[key])
+        batch.rows[row].frames.extend(torch.zeros(16, dtype=torch.int64) for _ in range(8))
+
+    for row, key in enumerate(("preempted", "aborted", "old")):
+        join(row, key)
+        batch.remove(row)  # out of the batch, not finished: parked
+    assert len(batch) == 3
+    del engine_lists["aborted"]  # the engine dropped it: an abort
+    batch.sweep()
+    assert len(batch) == 2 and batch._parked.keys() == {"preempted", "old"}
+    batch._parked["old"].parked_at -= talker_requests.MAX_PARKED_SECONDS + 1
+    batch.sweep()
+    assert list(batch._parked) == ["preempted"]
+    join(1, "newer")
+    batch.remove(1)
+    monkeypatch.setattr(talker_requests, "MAX_PARKED_BYTES", batch._parked["newer"].nbytes())
+    batch.sweep()  # over the byte bound: the oldest goes first
+    assert list(batch._parked) == ["newer"] and len(batch) == 1
+    batch.add(2, type("Params", (), {"extra_args": batch._parked["newer"].spec.to_extra_args(), "max_tokens": 100})(),
+              [1, 2, 3], engine_lists["newer"])  # fmt: skip
+    assert len(batch.rows[2].frames) == 8 and not batch._parked  # resumed with its frames
+
+
+def test_codebook0_rules_for_every_row_at_once():
+    import torch
+
+    from vllm_omni.model_executor.models.qwen3_tts.talker_requests import (
+        TalkerBatch,
+        TalkerRequestSpec,
+        apply_codebook0_rules,
+    )
+
+    batch = TalkerBatch()
+    batch.configure(rows=4, codec_vocab=3072, eos_token_id=2150, device=torch.device("cpu"))
+    for row, (penalty, frames) in enumerate(((2.0, 0), (1.0, 3))):
+        spec = TalkerRequestSpec(request_key=f"r{row}", trailing_text_ids=(), repetition_penalty=penalty)
+        batch.add(row, type("Params", (), {"extra_args": spec.to_extra_args(), "max_tokens": 10})(), [1], [])
+        batch.tables.frames[row] = frames
+        batch.tables.history[row, [5, 7]] = True
+    logits = torch.tensor([[1.0, -1.0] * 1536 + [3.0] * 15 * 2048] * 2)
+    out = apply_codebook0_rules(logits.clone(), batch.tables, 3072, 2150)
+    assert (
+        torch.isinf(out[:, 3072:]).all()
+        and torch.isinf(out[:, 2048:2150]).all()
+        and torch.isinf(out[:, 2151:3072]).all()
+    )
+    assert out[0, 5].item() == -2.0 and out[0, 7].item() == -2.0 and out[0, 4].item() == 1.0  # penalized: -1 * 2
+    assert out[1, 5].item() == -1.0  # penalty 1.0 leaves the history alone
+    assert out[0, 2150].item() == float("-inf") and out[1, 2150].item() == 1.0  # EOS barred before 2 frames only

@@ -7,18 +7,19 @@ embedding of codebook 0, then its own embedding of each residual code it produce
 codebook with a KV cache of at most 16 positions, as the official ``generate(max_new_tokens=15)``.
 
 The sequence is private to one frame and short, so it runs in plain torch inside the talker's
-forward, not on vLLM's paged KV cache. Checkpoint names are those under ``talker.code_predictor.``.
+forward, not on vLLM's paged KV cache: once per engine step for every frame the step completes,
+whatever request it belongs to (the passes read the weights once for the whole batch). Checkpoint
+names are those under ``talker.code_predictor.``.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from .configuration_qwen3_tts import Qwen3TTSCodePredictorConfig
+from .residual_sampler import ResidualSampling
 from .tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import RMSNorm  # float32 statistics, as the official
 
 
@@ -41,32 +42,28 @@ class PredictorAttention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
 
     def forward(
-        self,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        cache: list[torch.Tensor] | None,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """``x`` [B, S, H] at the next S positions; ``cache`` holds K and V [B, kv_heads, P, D] of the P before."""
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: torch.Tensor, start: int
+    ) -> torch.Tensor:
+        """``x`` [B, S, H] at positions ``start .. start + S - 1``; ``cache`` [2, B, kv_heads, P, D] holds K
+        (rotated) and V of the positions before ``start`` and receives this call's. Causal: the first call
+        (``start`` 0) masks its later positions; each later call (S = 1) sees every position so far."""
         batch, seq, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(batch, seq, self.heads, self.head_dim)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(batch, seq, self.kv_heads, self.head_dim)).transpose(1, 2)
         v = self.v_proj(x).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        if cache is not None:
-            k = torch.cat((cache[0], k), dim=2)
-            v = torch.cat((cache[1], v), dim=2)
-        groups = self.heads // self.kv_heads
-        keys = k.repeat_interleave(groups, dim=1)
-        values = v.repeat_interleave(groups, dim=1)
-        scores = torch.matmul(q, keys.transpose(2, 3)) * self.head_dim**-0.5
-        past = keys.shape[2] - seq
-        mask = torch.ones(seq, keys.shape[2], dtype=torch.bool).tril(diagonal=past)
-        scores = scores.masked_fill(~mask, float("-inf"))
+        cache[0, :, :, start : start + seq] = k * cos + rotate_half(k) * sin
+        cache[1, :, :, start : start + seq] = v
+        keys, values = cache[0, :, :, : start + seq].unsqueeze(2), cache[1, :, :, : start + seq].unsqueeze(2)
+        # Grouped-query attention without copying K/V per query head: query head h reads kv head h // groups.
+        q = q.view(batch, self.kv_heads, self.heads // self.kv_heads, seq, self.head_dim)
+        scores = torch.matmul(q, keys.transpose(-1, -2)) * self.head_dim**-0.5
+        if seq > 1:
+            causal = torch.ones(seq, start + seq, dtype=torch.bool, device=x.device).tril(diagonal=start)
+            scores = scores.masked_fill(~causal, float("-inf"))
         weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        out = torch.matmul(weights, values).transpose(1, 2).reshape(batch, seq, -1)
-        return self.o_proj(out), [k, v]
+        out = torch.matmul(weights, values).reshape(batch, self.heads, seq, self.head_dim)
+        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
 class PredictorLayer(nn.Module):
@@ -84,12 +81,10 @@ class PredictorLayer(nn.Module):
         self.input_layernorm = RMSNorm(hidden, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(hidden, config.rms_norm_eps)
 
-    def forward(self, x, cos, sin, cache):
-        attn, cache = self.self_attn(self.input_layernorm(x), cos, sin, cache)
-        x = x + attn
+    def forward(self, x, cos, sin, cache, start):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, start)
         h = self.post_attention_layernorm(x)
-        x = x + self.mlp["down_proj"](F.silu(self.mlp["gate_proj"](h)) * self.mlp["up_proj"](h))
-        return x, cache
+        return x + self.mlp["down_proj"](F.silu(self.mlp["gate_proj"](h)) * self.mlp["up_proj"](h))
 
 
 class PredictorModel(nn.Module):
@@ -101,10 +96,6 @@ class PredictorModel(nn.Module):
         self.codec_embedding = nn.ModuleList(
             nn.Embedding(config.vocab_size, talker_hidden_size) for _ in range(config.num_code_groups - 1)
         )
-
-
-# Picks one code per row from [B, codebook] logits; the talker supplies greedy or seeded sampling.
-CodePicker = Callable[[int, torch.Tensor], torch.Tensor]
 
 
 class Qwen3TTSCodePredictor(nn.Module):
@@ -125,37 +116,50 @@ class Qwen3TTSCodePredictor(nn.Module):
             config.rope_theta ** (torch.arange(0, config.head_dim, 2, dtype=torch.float32) / config.head_dim)
         )
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self._rope_tables: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def _rope(self, start: int, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = torch.arange(start, start + length, dtype=torch.float32, device=self.inv_freq.device)
-        freqs = torch.outer(positions, self.inv_freq)
-        angles = torch.cat((freqs, freqs), dim=-1)
-        return angles.cos().to(dtype), angles.sin().to(dtype)
-
-    def _step(self, embeds: torch.Tensor, start: int, caches: list) -> torch.Tensor:
-        x = self.small_to_mtp_projection(embeds)
-        cos, sin = self._rope(start, x.shape[1], x.dtype)
-        for index, layer in enumerate(self.model.layers):
-            x, caches[index] = layer(x, cos, sin, caches[index])
-        return self.model.norm(x[:, -1])
+    def _rope_table(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [positions, head_dim] of every position a frame uses (0 .. groups), made once per dtype."""
+        table = self._rope_tables.get(dtype)
+        if table is None:
+            positions = torch.arange(self.config.num_code_groups, dtype=torch.float32, device=self.inv_freq.device)
+            freqs = torch.outer(positions, self.inv_freq)
+            angles = torch.cat((freqs, freqs), dim=-1)
+            table = self._rope_tables[dtype] = (angles.cos().to(dtype), angles.sin().to(dtype))
+        return table
 
     @torch.inference_mode()
-    def predict(self, talker_hidden: torch.Tensor, code0_embeds: torch.Tensor, pick: CodePicker) -> torch.Tensor:
-        """Residual codes ``int64[B, groups - 1]`` for B frames.
+    def predict(
+        self, talker_hidden: torch.Tensor, code0_embeds: torch.Tensor, sampling: ResidualSampling
+    ) -> torch.Tensor:
+        """Residual codes ``int64[B, groups - 1]`` of B frames (of any requests), in one batch.
 
-        ``talker_hidden`` and ``code0_embeds`` are [B, talker_hidden]; ``pick(group, logits)``
-        returns the chosen code per row for residual codebook ``group + 1``.
+        ``talker_hidden`` and ``code0_embeds`` are [B, talker_hidden]; ``sampling`` holds each row's
+        settings. Runs the ``groups - 1`` passes once for the whole batch, with one K/V buffer for all
+        positions (nothing grows), the RoPE table made once, and every tensor on the inputs' device.
         """
-        caches: list = [None] * len(self.model.layers)
-        embeds = torch.stack((talker_hidden, code0_embeds), dim=1)
+        layers = self.model.layers
+        attention = layers[0].self_attn
+        batch, dtype = talker_hidden.shape[0], talker_hidden.dtype
+        positions = self.config.num_code_groups
+        caches = torch.empty(
+            len(layers), 2, batch, attention.kv_heads, positions, attention.head_dim, dtype=dtype,
+            device=talker_hidden.device,
+        )  # fmt: skip
+        cos_table, sin_table = self._rope_table(dtype)
+        x = torch.stack((talker_hidden, code0_embeds), dim=1)
         codes: list[torch.Tensor] = []
-        position = 0
+        start = 0
         for group in range(self.config.num_code_groups - 1):
-            hidden = self._step(embeds, position, caches)
-            position += embeds.shape[1]
-            code = pick(group, self.lm_head[group](hidden))
+            x = self.small_to_mtp_projection(x)
+            seq = x.shape[1]
+            cos, sin = cos_table[start : start + seq], sin_table[start : start + seq]
+            for index, layer in enumerate(layers):
+                x = layer(x, cos, sin, caches[index], start)
+            start += seq
+            code = sampling.pick(group, self.lm_head[group](self.model.norm(x[:, -1])))
             codes.append(code)
-            embeds = self.model.codec_embedding[group](code).unsqueeze(1)
+            x = self.model.codec_embedding[group](code).unsqueeze(1)
         return torch.stack(codes, dim=1)
 
     def residual_embeddings(self, residual_codes: torch.Tensor) -> torch.Tensor:
@@ -165,34 +169,3 @@ class Qwen3TTSCodePredictor(nn.Module):
             part = embedding(residual_codes[:, group])
             total = part if total is None else total + part
         return total
-
-
-def sample_code(
-    logits: torch.Tensor, temperature: float, top_k: int, top_p: float, generator: torch.Generator | None
-) -> int:
-    """One code from [codebook] logits with HF's warper order: temperature, top-k, top-p, then multinomial."""
-    scores = logits.float() / max(temperature, 1e-5)
-    if 0 < top_k < scores.shape[-1]:
-        kth = torch.topk(scores, top_k).values[-1]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, descending=False)
-        cumulative = sorted_scores.softmax(-1).cumsum(-1)
-        remove = cumulative <= (1 - top_p)
-        remove[-1] = False
-        scores = scores.masked_fill(remove.scatter(0, order, remove), float("-inf"))
-    probs = scores.softmax(-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
-
-
-def picker_for(rows: Sequence[tuple[bool, float, int, float, torch.Generator | None]]) -> CodePicker:
-    """A picker that treats row ``i`` greedily or samples it with its own settings and generator."""
-
-    def pick(_group: int, logits: torch.Tensor) -> torch.Tensor:
-        chosen = logits.argmax(dim=-1)
-        for row, (greedy, temperature, top_k, top_p, generator) in enumerate(rows):
-            if not greedy:
-                chosen[row] = sample_code(logits[row], temperature, top_k, top_p, generator)
-        return chosen
-
-    return pick

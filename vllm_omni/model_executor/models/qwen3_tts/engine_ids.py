@@ -45,9 +45,16 @@ def encode_prompt_id(text_id: int, codec_id: int | None, text_vocab: int, codec_
     return text_vocab + text_id * codec_vocab + codec_id
 
 
+def residual_column_offsets(num_code_groups: int, codec_vocab: int, codebook_size: int) -> list[int]:
+    """The logit column of code 0 of each residual codebook (1..15, in order); code ``c`` is ``offset + c``."""
+    return [codec_vocab + group * codebook_size for group in range(num_code_groups - 1)]
+
+
 def residual_columns(codes: Iterable[int], codec_vocab: int, codebook_size: int) -> list[int]:
     """Logit columns that carry residual codes (codebooks 1..15, in order) of one frame."""
-    return [codec_vocab + group * codebook_size + int(code) for group, code in enumerate(codes)]
+    codes = [int(code) for code in codes]
+    offsets = residual_column_offsets(len(codes) + 1, codec_vocab, codebook_size)
+    return [offset + code for offset, code in zip(offsets, codes, strict=True)]
 
 
 def decode_residuals(token_ids: Iterable[int], codec_vocab: int, codebook_size: int, groups: int) -> list[int] | None:

@@ -21,6 +21,7 @@ Needs vLLM's v1 model runner (the logits processor interface it uses); see ``che
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from types import SimpleNamespace
 
@@ -28,10 +29,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .code_predictor import Qwen3TTSCodePredictor, picker_for
+from .code_predictor import Qwen3TTSCodePredictor
 from .configuration_qwen3_tts import Qwen3TTSConfig
-from .engine_ids import RESIDUAL_MARK, engine_vocab_size, residual_columns
-from .talker_requests import LOGITS_PROCESSOR, TALKER_BATCH, StepRow, TalkerRequestState
+from .engine_ids import RESIDUAL_MARK, engine_vocab_size, residual_column_offsets
+from .residual_sampler import ResidualSampling
+from .talker_requests import LOGITS_PROCESSOR, TALKER_BATCH, StepLayout, TalkerRequestState
 
 
 class TalkerEngineError(RuntimeError):
@@ -139,6 +141,8 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         self.codec_head = nn.Linear(talker.hidden_size, talker.vocab_size, bias=False)
         self.code_predictor = Qwen3TTSCodePredictor(talker.code_predictor_config, talker.hidden_size)
         self.tts_pad_token_id = config.tts_pad_token_id
+        offsets = residual_column_offsets(self.groups, self.codec_vocab, self.codebook_size)
+        self.register_buffer("residual_offsets", torch.tensor(offsets, dtype=torch.long), persistent=False)
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -157,52 +161,21 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embed_prompt_ids(input_ids.long())
 
-    def _row_segments(self, num_tokens: int) -> list[tuple[int, int]]:
+    def _batch_layout(self, num_tokens: int, positions: torch.Tensor) -> tuple[list[int], list[int]]:
+        """Row starts (``query_start_loc``) and every token's position, read to the host in one copy."""
         from vllm.forward_context import get_forward_context, is_forward_context_available
 
         if not is_forward_context_available():
-            return []
+            return [], []
         metadata = get_forward_context().attn_metadata
         if isinstance(metadata, list):
             metadata = metadata[0] if metadata else None
         if not metadata:
-            return []
+            return [], []
         layer_metadata = next(iter(metadata.values())) if isinstance(metadata, dict) else metadata
-        starts = layer_metadata.query_start_loc.tolist()
-        return [(starts[i], min(starts[i + 1], num_tokens)) for i in range(len(starts) - 1)]
-
-    def _generated_inputs(self, state: TalkerRequestState, codes0: list[int], steps: list[int]) -> list[list[int]]:
-        """Frames for generated positions ``steps`` (frame indices), making the newest with the code predictor."""
-        frames = []
-        for code0, step in zip(codes0, steps, strict=True):
-            if step < len(state.frames):
-                frames.append(state.frames[step])
-                continue
-            if step != len(state.frames) or state.last_hidden is None:
-                raise RuntimeError(
-                    f"talker request {state.spec.request_key}: frame {step} requested with {len(state.frames)} "
-                    "frames known; the engine fed positions out of order"
-                )
-            spec = state.spec
-            pick = picker_for(
-                [
-                    (
-                        spec.subtalker_greedy,
-                        spec.subtalker_temperature,
-                        spec.subtalker_top_k,
-                        spec.subtalker_top_p,
-                        state.generator,
-                    )
-                ]
-            )
-            code0_tensor = torch.tensor([code0], dtype=torch.long, device=state.last_hidden.device)
-            residuals = self.code_predictor.predict(
-                state.last_hidden.unsqueeze(0), self.model.codec_embedding(code0_tensor), pick
-            )
-            frame = [code0, *residuals[0].tolist()]
-            state.frames.append(frame)
-            frames.append(frame)
-        return frames
+        starts = layer_metadata.query_start_loc
+        host = torch.cat((starts.to(positions.dtype), positions[:num_tokens])).tolist()
+        return [min(s, num_tokens) for s in host[: starts.numel()]], host[starts.numel() :]
 
     def forward(
         self,
@@ -211,69 +184,119 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         intermediate_tensors=None,
         inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """Inputs of every position, then the talker LM. One code-predictor call for the whole step.
+
+        A generated position holds codebook 0 of frame ``j`` of its request. If frame ``j`` is new, the
+        code predictor makes its residual codes from the hidden state that chose codebook 0 (kept by
+        ``compute_logits``); every new frame of the step, whatever its request, goes through one
+        batched :meth:`Qwen3TTSCodePredictor.predict`. Frames known already (a preempted request
+        recomputing its positions) are reused as they were made.
+        """
         ids = input_ids.long()
-        prompt = torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)  # positions holding prompt ids
-        generated_inputs: list[tuple[slice, torch.Tensor]] = []
-        step_rows: list[StepRow] = []
-        for row, (start, end) in enumerate(self._row_segments(ids.shape[0])):
+        device = ids.device
+        starts, host_positions = self._batch_layout(ids.shape[0], positions)
+        prompt_index: list[int] = []
+        known: list[tuple[int, TalkerRequestState, int]] = []  # (token index, state, frame index)
+        new: list[tuple[int, TalkerRequestState, int]] = []  # (token index, state, batch row)
+        layout = StepLayout(rows=max(len(starts) - 1, 0))
+        for row in range(len(starts) - 1):
+            start, end = starts[row], starts[row + 1]
             state = TALKER_BATCH.rows.get(row)
             if state is None or end <= start:
-                step_rows.append(StepRow(state, False, None))
+                prompt_index.extend(range(start, end))
                 continue
-            frames_before = len(state.frames)
-            row_positions = positions[start:end].tolist()
-            generated = [i for i, p in enumerate(row_positions) if p >= state.prompt_len]
-            if generated:  # a suffix of the row: positions increase
-                steps = [row_positions[i] - state.prompt_len for i in generated]
-                codes0 = ids[start:end][generated].tolist()
-                frames = self._generated_inputs(state, codes0, steps)
-                where = slice(start + generated[0], start + generated[-1] + 1)
-                prompt[where] = False
-                generated_inputs.append((where, self._frame_inputs(state, frames, steps)))
-            last = row_positions[-1]
-            frontier = last == state.prompt_len + len(state.frames) - 1
-            new_frame = state.frames[-1] if len(state.frames) > frames_before else None
-            step_rows.append(StepRow(state, frontier, new_frame))
-        TALKER_BATCH.step = step_rows
+            generated = bisect.bisect_left(host_positions, state.prompt_len, start, end)  # positions increase
+            prompt_index.extend(range(start, generated))
+            made = len(state.frames)
+            for index in range(generated, end):
+                step = host_positions[index] - state.prompt_len
+                if step < made:
+                    known.append((index, state, step))
+                elif step == made and state.last_hidden is not None:
+                    new.append((index, state, row))
+                    made += 1
+                else:
+                    raise RuntimeError(
+                        f"talker request {state.spec.request_key}: frame {step} requested with {len(state.frames)} "
+                        "frames known; the engine fed positions out of order"
+                    )
+            if host_positions[end - 1] == state.prompt_len + made - 1:
+                layout.frontier.append((row, state))
         embeds = torch.empty(
-            ids.shape[0], self.codec_head.in_features, dtype=self.codec_head.weight.dtype, device=ids.device
+            ids.shape[0], self.codec_head.in_features, dtype=self.codec_head.weight.dtype, device=device
         )
-        if prompt.any():  # decode steps skip the text path: their inputs come from the frames
-            embeds[prompt] = self.embed_prompt_ids(ids[prompt])
-        for where, inputs in generated_inputs:
-            embeds[where] = inputs
+        if prompt_index:  # decode steps skip the text path: their inputs come from the frames
+            where = torch.tensor(prompt_index, dtype=torch.long, device=device)
+            embeds[where] = self.embed_prompt_ids(ids[where])
+        frames = [state.frames[step] for _, state, step in known]
+        if new:
+            codes = self._new_frames(ids, new, layout)
+            for k, (_, state, _) in enumerate(new):
+                state.frames.append(codes[k])
+            frames.append(codes)
+        if frames:
+            generated = [index for index, _, _ in known] + [index for index, _, _ in new]
+            steps = [step for _, _, step in known] + [len(state.frames) - 1 for _, state, _ in new]
+            states = [state for _, state, _ in known] + [state for _, state, _ in new]
+            codes = torch.cat([f.unsqueeze(0) if f.dim() == 1 else f for f in frames])
+            where = torch.tensor(generated, dtype=torch.long, device=device)
+            embeds[where] = self._frame_inputs(codes, states, steps)
+        TALKER_BATCH.step = layout
         return self.model(positions, embeds)
 
-    def _frame_inputs(self, state: TalkerRequestState, frames: list[list[int]], steps: list[int]) -> torch.Tensor:
-        """Talker inputs of generated positions: 16 code embeddings summed, plus the step's text vector."""
-        device = self.codec_head.weight.device
-        codes = torch.tensor(frames, dtype=torch.long, device=device)
-        trailing = state.spec.trailing_text_ids
-        text_ids = torch.tensor(
-            [trailing[s] if s < len(trailing) else self.tts_pad_token_id for s in steps],
-            dtype=torch.long,
-            device=device,
+    def _new_frames(
+        self, ids: torch.Tensor, new: list[tuple[int, TalkerRequestState, int]], layout: StepLayout
+    ) -> torch.Tensor:
+        """``int64[n, groups]``: the frames completed in this step, their residuals in one batched call."""
+        device = ids.device
+        states = [state for _, state, _ in new]
+        code0 = ids[torch.tensor([index for index, _, _ in new], dtype=torch.long, device=device)]
+        rows = torch.tensor([row for _, _, row in new], dtype=torch.long, device=device)
+        specs = [state.spec for state in states]
+        sampling = ResidualSampling(
+            greedy=torch.tensor([spec.subtalker_greedy for spec in specs], dtype=torch.bool, device=device),
+            temperature=torch.tensor([spec.subtalker_temperature for spec in specs], device=device),
+            top_k=torch.tensor([spec.subtalker_top_k for spec in specs], dtype=torch.int64, device=device),
+            top_p=torch.tensor([spec.subtalker_top_p for spec in specs], device=device),
+            seeds=torch.tensor([state.seed for state in states], dtype=torch.int64, device=device),
+            frames=torch.tensor([len(state.frames) for state in states], dtype=torch.int64, device=device),
         )
+        hidden = torch.stack([state.last_hidden for state in states])
+        residuals = self.code_predictor.predict(hidden, self.model.codec_embedding(code0), sampling)
+        tables = TALKER_BATCH.tables
+        if tables is not None:  # the repetition-penalty history and frame counts of these rows
+            tables.history[rows, code0] = True
+            tables.frames[rows] += 1
+        layout.new_rows, layout.new_residuals = rows, residuals
+        return torch.cat((code0.unsqueeze(1), residuals), dim=1)
+
+    def _frame_inputs(self, codes: torch.Tensor, states: list[TalkerRequestState], steps: list[int]) -> torch.Tensor:
+        """Talker inputs of generated positions: 16 code embeddings summed, plus the step's text vector."""
+        text_ids = []
+        for state, step in zip(states, steps, strict=True):
+            trailing = state.spec.trailing_text_ids
+            text_ids.append(trailing[step] if step < len(trailing) else self.tts_pad_token_id)
+        text = torch.tensor(text_ids, dtype=torch.long, device=codes.device)
         summed = self.model.codec_embedding(codes[:, 0]) + self.code_predictor.residual_embeddings(codes[:, 1:])
-        return summed + self.project_text(text_ids)
+        return summed + self.project_text(text)
 
     # -- outputs ----------------------------------------------------------------------------
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The codec head's logits, widened by the residual channel: the 15 columns of each frame completed
+        in this step are raised to ``RESIDUAL_MARK`` in its row (``engine_ids``)."""
         codec_logits = self.codec_head(hidden_states)
         logits = torch.full(
             (hidden_states.shape[0], self.vocab), -RESIDUAL_MARK, dtype=codec_logits.dtype, device=codec_logits.device
         )
         logits[:, : self.codec_vocab] = codec_logits
-        step = TALKER_BATCH.step if len(TALKER_BATCH.step) == hidden_states.shape[0] else []
-        for row, info in enumerate(step):
-            if info.state is None:
-                continue
-            if info.frontier:
-                info.state.last_hidden = hidden_states[row].detach().clone()
-            if info.new_frame is not None:
-                columns = residual_columns(info.new_frame[1:], self.codec_vocab, self.codebook_size)
-                logits[row, columns] = RESIDUAL_MARK
+        layout = TALKER_BATCH.step
+        if layout.rows != hidden_states.shape[0]:
+            return logits
+        for row, state in layout.frontier:
+            state.last_hidden = hidden_states[row]  # a row of this step's tensor: no copy
+        if layout.new_rows is not None:
+            logits[layout.new_rows.unsqueeze(1), layout.new_residuals + self.residual_offsets] = RESIDUAL_MARK
         return logits
 
     # -- weights ----------------------------------------------------------------------------

@@ -10,17 +10,26 @@ and its own sampling settings. So:
   ``logits_processors=[LOGITS_PROCESSOR]``) learns from ``update_state`` which persistent-batch
   row holds which request, and before sampling applies the official codebook-0 processing
   (repetition penalty over the frames so far, the codec control range suppressed except EOS, EOS
-  barred before ``min_new_tokens``) and masks the residual-code columns;
+  barred before ``min_new_tokens``) and masks the residual-code columns, for all rows at once;
 * the model reads the same :data:`TALKER_BATCH` in ``forward`` / ``compute_logits`` (same worker
   process), with the forward context's ``query_start_loc`` splitting the flat tokens by row.
 
+Per-row tables live on the logits' device, indexed by persistent-batch row (:class:`RowTables`): the
+codebook-0 ids each request has made (its repetition-penalty history), its penalty, its frame count
+and its ``min_new_tokens``. They change only when rows join, leave or move.
+
 State is keyed by the request's own key, not its row, so a preempted request resumes with its
-frames, hidden state and sampling generator; state is dropped when its request finishes (EOS or
-``max_tokens``), and at most :data:`MAX_PARKED` states of requests out of the batch are kept.
+frames and hidden state. A request's state is freed when it finishes (EOS or ``max_tokens``) and,
+when it leaves the batch otherwise, as soon as the engine has dropped the request (an abort, a
+client that went away: see :meth:`TalkerBatch.sweep`); a preempted request's state is parked until
+it resumes, within :data:`MAX_PARKED_BYTES` and :data:`MAX_PARKED_SECONDS` (oldest dropped first).
 """
 
 from __future__ import annotations
 
+import secrets
+import sys
+import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -29,7 +38,9 @@ import torch
 
 EXTRA_ARGS_KEY = "qwen3_tts"
 LOGITS_PROCESSOR = "vllm_omni.model_executor.models.qwen3_tts.talker_requests:Qwen3TTSLogitsProcessor"
-MAX_PARKED = 4096
+# Parked states (requests out of the batch that may resume): bounded in bytes and age.
+MAX_PARKED_BYTES = 256 << 20
+MAX_PARKED_SECONDS = 900.0
 
 
 @dataclass(frozen=True)
@@ -74,51 +85,114 @@ class TalkerRequestSpec:
 
 @dataclass(eq=False)  # identity: states hold tensors and are looked up by object
 class TalkerRequestState:
-    """One request's talker state; ``frames[j]`` is frame j (16 codes) once its residuals exist."""
+    """One request's talker state; ``frames[j]`` is frame j (``int64[16]`` on the device) once its residuals exist.
+
+    ``seed`` drives the residual sampling (:mod:`.residual_sampler`): the request's own seed, or one drawn
+    from the OS for an unseeded request (never from torch's global RNG).
+    """
 
     spec: TalkerRequestSpec
     prompt_len: int
     max_tokens: int | None
     output_token_ids: list[int]  # vLLM's live list of this request's sampled ids
-    frames: list[list[int]] = field(default_factory=list)
+    frames: list[torch.Tensor] = field(default_factory=list)
     last_hidden: torch.Tensor | None = None
-    generator: torch.Generator | None = None
+    seed: int = 0
+    history: torch.Tensor | None = None  # its row of RowTables.history while parked
+    parked_at: float | None = None
 
     def __post_init__(self) -> None:
-        if not self.spec.subtalker_greedy:
-            self.generator = torch.Generator()
-            seed = self.spec.seed if self.spec.seed is not None else torch.seed()
-            self.generator.manual_seed(seed + 1)  # distinct from the codebook-0 stream vLLM seeds with `seed`
+        # Distinct from the codebook-0 stream vLLM seeds with `seed`; 62 bits keep the int64 hash positive.
+        self.seed = ((self.spec.seed + 1) if self.spec.seed is not None else secrets.randbits(62)) & ((1 << 62) - 1)
+
+    def nbytes(self) -> int:
+        held = [*self.frames, self.last_hidden, self.history]
+        return sum(t.element_size() * t.nelement() for t in held if t is not None)
 
 
 @dataclass
-class StepRow:
-    """What the last forward did for one batch row, read by ``compute_logits``."""
+class StepLayout:
+    """What the last forward did, read by ``compute_logits``: rows whose last position is their request's
+    newest (their hidden state picks the next token), and the frames the step completed (rows, codes)."""
 
-    state: TalkerRequestState | None
-    frontier: bool  # the row's last position is the request's newest: its hidden state picks the next token
-    new_frame: list[int] | None  # a frame completed in this step, to send out through the residual channel
+    rows: int = 0
+    frontier: list[tuple[int, TalkerRequestState]] = field(default_factory=list)
+    new_rows: torch.Tensor | None = None  # int64[n]: the batch rows that completed a frame
+    new_residuals: torch.Tensor | None = None  # int64[n, groups - 1]: their residual codes
+
+
+class RowTables:
+    """Per-row tensors on the logits' device, indexed by persistent-batch row.
+
+    ``history`` bool[rows, codec_vocab]: codebook-0 ids made so far (the repetition penalty's set);
+    ``penalty`` float32[rows]; ``frames`` int64[rows] (frames made); ``min_frames`` int64[rows].
+    """
+
+    def __init__(self, rows: int, codec_vocab: int, device: torch.device) -> None:
+        self.history = torch.zeros(rows, codec_vocab, dtype=torch.bool, device=device)
+        self.penalty = torch.ones(rows, dtype=torch.float32, device=device)
+        self.frames = torch.zeros(rows, dtype=torch.int64, device=device)
+        self.min_frames = torch.zeros(rows, dtype=torch.int64, device=device)
+
+    def load(self, row: int, state: TalkerRequestState) -> None:
+        if state.history is not None:
+            self.history[row] = state.history
+        else:
+            self.history[row].zero_()
+        state.history = None
+        self.penalty[row] = state.spec.repetition_penalty
+        self.frames[row] = len(state.frames)
+        self.min_frames[row] = state.spec.min_new_tokens
+
+    def save(self, row: int, state: TalkerRequestState) -> None:
+        state.history = self.history[row].clone()
+
+    def move(self, a: int, b: int, swap: bool) -> None:
+        for table in (self.history, self.penalty, self.frames, self.min_frames):
+            if swap:
+                table[[a, b]] = table[[b, a]]
+            else:
+                table[b] = table[a]
 
 
 class TalkerBatch:
-    """Which persistent-batch row holds which request, and every live request's state."""
+    """Which persistent-batch row holds which request, every live request's state, and the row tables."""
 
     def __init__(self) -> None:
         self.rows: dict[int, TalkerRequestState] = {}
         self._states: OrderedDict[str, TalkerRequestState] = OrderedDict()
-        self.step: list[StepRow] = []
+        self._parked: OrderedDict[str, TalkerRequestState] = OrderedDict()  # out of the batch, oldest first
+        self.step = StepLayout()
         self.eos_token_id: int | None = None
+        self.tables: RowTables | None = None
+
+    def configure(self, rows: int, codec_vocab: int, eos_token_id: int, device: torch.device) -> None:
+        """Size the row tables (``rows``: the engine's ``max_num_seqs``) on the logits' device."""
+        self.tables = RowTables(rows, codec_vocab, device)
+        self.eos_token_id = eos_token_id
+
+    def __len__(self) -> int:
+        """Requests whose state is held (in the batch or parked)."""
+        return len(self._states)
+
+    def held_keys(self) -> list[str]:
+        """The request keys whose state is held (in the batch or parked)."""
+        return list(self._states)
 
     def add(self, index: int, params: Any, prompt_ids: list[int] | None, output_ids: list[int]) -> None:
         spec = TalkerRequestSpec.from_extra_args(params.extra_args)
+        self.remove(index)  # a removed row that vLLM reuses is not reported as removed: the added request says so
         state = self._states.get(spec.request_key)
         if state is None:
             state = TalkerRequestState(spec, len(prompt_ids or ()), params.max_tokens, output_ids)
             self._states[spec.request_key] = state
         else:
             state.output_token_ids = output_ids  # resumed after preemption
-            self._states.move_to_end(spec.request_key)
+            state.parked_at = None
+            self._parked.pop(spec.request_key, None)
         self.rows[index] = state
+        if self.tables is not None:
+            self.tables.load(index, state)
 
     def remove(self, index: int) -> None:
         state = self.rows.pop(index, None)
@@ -128,19 +202,51 @@ class TalkerBatch:
         finished = (outputs and outputs[-1] == self.eos_token_id) or (
             state.max_tokens is not None and len(outputs) >= state.max_tokens
         )
+        key = state.spec.request_key
         if finished:
-            self._states.pop(state.spec.request_key, None)
-        if len(self._states) > MAX_PARKED + len(self.rows):  # requests aborted or long preempted
-            live = {id(s) for s in self.rows.values()}
-            for key in [k for k, s in self._states.items() if id(s) not in live][: len(self._states) - MAX_PARKED]:
-                del self._states[key]
+            self._states.pop(key, None)
+            return
+        if self.tables is not None:
+            self.tables.save(index, state)
+        state.parked_at = time.monotonic()
+        self._parked[key] = state
+        self._parked.move_to_end(key)
 
     def move(self, a: int, b: int, swap: bool) -> None:
+        if not swap:
+            self.remove(b)  # condensing fills removed rows without reporting them as removed
         first, second = self.rows.pop(a, None), self.rows.pop(b, None)
         if first is not None:
             self.rows[b] = first
         if swap and second is not None:
             self.rows[a] = second
+        if self.tables is not None:
+            self.tables.move(a, b, swap)
+
+    def sweep(self) -> None:
+        """Free parked states the engine no longer holds, then keep the rest within the bounds.
+
+        vLLM's model runner keeps the per-request state of a preempted request (and with it the
+        request's output-token list, which this state shares) until it resumes; a finished or
+        aborted request's is dropped at once. So a parked state whose output list nobody else
+        references belongs to a request that will never come back: an abort, or a client that went
+        away. What remains is bounded by :data:`MAX_PARKED_BYTES` and :data:`MAX_PARKED_SECONDS`.
+        """
+        if not self._parked:
+            return
+        now, total = time.monotonic(), 0
+        for key, state in list(self._parked.items()):
+            # 2: this state's attribute and getrefcount's own argument; more: the engine still holds it.
+            if sys.getrefcount(state.output_token_ids) <= 2 or now - (state.parked_at or now) > MAX_PARKED_SECONDS:
+                self._forget(key)
+        for key, state in reversed(list(self._parked.items())):  # newest first: the oldest go over the bound
+            total += state.nbytes()
+            if total > MAX_PARKED_BYTES:
+                self._forget(key)
+
+    def _forget(self, key: str) -> None:
+        self._parked.pop(key, None)
+        self._states.pop(key, None)
 
 
 TALKER_BATCH = TalkerBatch()
@@ -159,9 +265,7 @@ class Qwen3TTSLogitsProcessor(_logits_processor_base()):
         talker = vllm_config.model_config.hf_config.talker_config
         self.codec_vocab = talker.vocab_size
         self.eos = talker.codec_eos_token_id
-        # The official generate suppresses the codec control range [vocab - 1024, vocab) but EOS.
-        self.suppressed = [i for i in range(self.codec_vocab - 1024, self.codec_vocab) if i != self.eos]
-        TALKER_BATCH.eos_token_id = self.eos
+        TALKER_BATCH.configure(vllm_config.scheduler_config.max_num_seqs, self.codec_vocab, self.eos, device)
 
     @classmethod
     def validate_params(cls, sampling_params: Any) -> None:
@@ -171,31 +275,36 @@ class Qwen3TTSLogitsProcessor(_logits_processor_base()):
         return False
 
     def update_state(self, batch_update: Any) -> None:
+        TALKER_BATCH.sweep()
         if batch_update is None:
             return
-        for index, params, prompt_ids, output_ids in batch_update.added:
-            TALKER_BATCH.add(index, params, prompt_ids, output_ids)
         for index in batch_update.removed:
             TALKER_BATCH.remove(index)
+        for index, params, prompt_ids, output_ids in batch_update.added:
+            TALKER_BATCH.add(index, params, prompt_ids, output_ids)
         from vllm.v1.sample.logits_processor import MoveDirectionality
 
         for a, b, direction in batch_update.moved:
             TALKER_BATCH.move(a, b, direction == MoveDirectionality.SWAP)
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        logits[:, self.codec_vocab :] = float("-inf")  # the residual channel is never sampled
-        if self.suppressed:
-            logits[:, self.suppressed] = float("-inf")
-        for row in range(logits.shape[0]):
-            state = TALKER_BATCH.rows.get(row)
-            if state is None:
-                continue
-            history = sorted({frame[0] for frame in state.frames})
-            penalty = state.spec.repetition_penalty
-            if history and penalty != 1.0:
-                index = torch.tensor(history, dtype=torch.long, device=logits.device)
-                scores = logits[row, index]
-                logits[row, index] = torch.where(scores < 0, scores * penalty, scores / penalty)
-            if len(state.frames) < state.spec.min_new_tokens:
-                logits[row, self.eos] = float("-inf")
+        return apply_codebook0_rules(logits, TALKER_BATCH.tables, self.codec_vocab, self.eos)
+
+
+def apply_codebook0_rules(logits: torch.Tensor, tables: RowTables | None, codec_vocab: int, eos: int) -> torch.Tensor:
+    """The official codebook-0 processing of every row at once, in place: the residual channel masked, the codec
+    control range ``[codec_vocab - 1024, codec_vocab)`` but EOS suppressed, the repetition penalty over each
+    row's codebook-0 history, EOS barred before ``min_new_tokens`` frames. Row ``i`` is batch row ``i``."""
+    rows = logits.shape[0]
+    logits[:, codec_vocab:] = float("-inf")  # the residual channel is never sampled
+    eos_logits = logits[:, eos].clone()
+    logits[:, max(codec_vocab - 1024, 0) : codec_vocab] = float("-inf")
+    logits[:, eos] = eos_logits
+    if tables is None or rows == 0:
         return logits
+    codec = logits[:, :codec_vocab]
+    penalty = tables.penalty[:rows].unsqueeze(1)
+    penalized = torch.where(codec < 0, codec * penalty, codec / penalty)
+    codec.copy_(torch.where(tables.history[:rows], penalized, codec))
+    logits[:, eos].masked_fill_(tables.frames[:rows] < tables.min_frames[:rows], float("-inf"))
+    return logits

@@ -1,0 +1,90 @@
+"""Picking the residual codes of a batch of frames on the device, each row with its own settings.
+
+Greedy rows take the argmax. Sampled rows follow the official warper order (temperature, top-k,
+top-p over the ascending cumulative probability, as transformers' ``TopPLogitsWarper``), then draw
+with the Gumbel-max trick: ``argmax(scores + g)`` with ``g = -log(-log(u))`` picks code ``c`` with
+probability ``softmax(scores)[c]``. The uniforms ``u`` are counter-based: a hash (splitmix64) of
+(request seed, frame index, codebook, code), computed with int64 tensor ops on the logits' device.
+So a sampled frame is a function of its request's seed and its own index alone: the same whether
+the request runs alone, batched with any others, preempted and resumed, on CPU or on a GPU; no
+``torch.Generator`` and no global RNG are involved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# splitmix64 (Steele, Lea, Flood 2014) constants, as signed int64 (torch has no uint64 arithmetic).
+_GOLDEN = -0x61C8864680B583EB  # 0x9E3779B97F4A7C15
+_MIX1 = -0x40A7B892E31B1A47  # 0xBF58476D1CE4E5B9
+_MIX2 = -0x6B2FB644ECCEEE15  # 0x94D049BB133111EB
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch shifts signed values arithmetically)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def splitmix64(x: torch.Tensor) -> torch.Tensor:
+    """The splitmix64 finalizer of ``x + golden`` (int64, wrapping arithmetic): a well-mixed 64-bit hash."""
+    z = x + _GOLDEN
+    z = (z ^ _shift_right(z, 30)) * _MIX1
+    z = (z ^ _shift_right(z, 27)) * _MIX2
+    return z ^ _shift_right(z, 31)
+
+
+def counter_uniforms(keys: torch.Tensor, width: int) -> torch.Tensor:
+    """``float64[B, width]`` uniforms in (0, 1), a pure function of each row's int64 ``key`` and the column."""
+    columns = torch.arange(width, dtype=torch.int64, device=keys.device)
+    bits = splitmix64(splitmix64(keys).unsqueeze(1) + columns)
+    return (_shift_right(bits, 11).to(torch.float64) + 0.5) * 2.0**-53
+
+
+def row_keys(seeds: torch.Tensor, frames: torch.Tensor, group: int) -> torch.Tensor:
+    """One int64 key per row for (seed, frame index, residual codebook ``group``)."""
+    return splitmix64(splitmix64(seeds) + frames * 64 + group)
+
+
+@dataclass(frozen=True)
+class ResidualSampling:
+    """Per-row settings of one batch of frames, as tensors on the logits' device (rows = frames).
+
+    ``greedy`` bool[B]; ``temperature``, ``top_p`` float32[B]; ``top_k`` int64[B] (0: off);
+    ``seeds`` int64[B] (the request's); ``frames`` int64[B] (each row's frame index in its request).
+    """
+
+    greedy: torch.Tensor
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    seeds: torch.Tensor
+    frames: torch.Tensor
+
+    @property
+    def all_greedy(self) -> bool:
+        return bool(self.greedy.all())
+
+    def pick(self, group: int, logits: torch.Tensor) -> torch.Tensor:
+        """``int64[B]`` codes of residual codebook ``group + 1`` from ``logits [B, codebook]``."""
+        chosen = logits.argmax(dim=-1)
+        if self.all_greedy:
+            return chosen
+        scores = logits.float() / self.temperature.clamp(min=1e-5).unsqueeze(1)
+        width = scores.shape[-1]
+        ascending, order = torch.sort(scores, dim=-1)
+        # top-k: keep scores >= the k-th largest (k = 0 or >= width: keep all), as transformers' TopKLogitsWarper.
+        k = torch.where((self.top_k > 0) & (self.top_k < width), self.top_k, torch.full_like(self.top_k, width))
+        kth = ascending.gather(1, (width - k).unsqueeze(1))
+        ascending = ascending.masked_fill(ascending < kth, float("-inf"))
+        # top-p: drop the low tail whose cumulative probability is <= 1 - top_p; the best code always stays.
+        cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
+        drop = cumulative <= (1 - self.top_p).unsqueeze(1)
+        drop[:, -1] = False
+        ascending = ascending.masked_fill(drop, float("-inf"))
+        filtered = torch.empty_like(scores).scatter_(1, order, ascending)
+        uniforms = counter_uniforms(row_keys(self.seeds, self.frames, group), width)
+        gumbel = -torch.log(-torch.log(uniforms))
+        sampled = (filtered.double() + gumbel).argmax(dim=-1)
+        return torch.where(self.greedy, chosen, sampled)
