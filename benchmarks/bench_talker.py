@@ -14,7 +14,7 @@ texts and speakers, fp32, 2 threads. One process per runtime, geometry and concu
 * ``profile``: the same engine in-process (``LLM``, ``c`` requests at once), timing the engine steps,
   the code predictor inside them and vLLM's sampler (which runs at the widened vocabulary of the
   residual channel): their shares of the step;
-* ``bandwidth``: this machine's memory bandwidth (a 512 MB tensor copy, read bytes per second), for
+* ``bandwidth``: this machine's memory read bandwidth (the sum of a 512 MB tensor), for
   the roofline: a step reads every talker weight once and the code predictor's once per residual
   codebook, whatever the batch, so ``c`` requests cannot beat ``c * bandwidth / bytes per step``.
 
@@ -144,7 +144,6 @@ def vllm_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
 def profile_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
     """Runs in .venv-vllm, engine in-process: where an engine step's time goes with ``concurrency`` requests."""
     import os
-    import time
 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the worker in this process: its parts can be timed
     from vllm.v1.sample.sampler import Sampler
@@ -193,16 +192,15 @@ def profile_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
 
 
 def bandwidth_worker() -> dict:
-    """This machine's read bandwidth with 2 threads: a 512 MB fp32 copy, best of 5 (bytes read per second)."""
+    """This machine's read bandwidth with 2 threads: the sum of a 512 MB fp32 tensor, best of 5 (bytes per second)."""
     import torch
 
     torch.set_num_threads(2)
     source = torch.ones(128 << 20)
-    target = torch.empty_like(source)
     best = float("inf")
     for _ in range(5):
         start = time.perf_counter()
-        target.copy_(source)
+        source.sum()
         best = min(best, time.perf_counter() - start)
     return {"read_gb_s": source.numel() * 4 / best / 1e9}
 
@@ -234,7 +232,12 @@ def weight_bytes_per_step(checkpoint: Path) -> dict:
         elif name.startswith(("talker.model.", "talker.codec_head")):
             talker += nbytes
     passes = groups - 1
-    return {"talker": talker, "code_predictor_pass": predictor + head, "per_step": talker + passes * (predictor + head)}
+    return {
+        "talker": talker,
+        "code_predictor_pass": predictor + head,
+        "passes": passes,
+        "per_step": talker + passes * (predictor + head),
+    }
 
 
 def run(python: Path, runtime: str, checkpoint: Path | None, frames: int, concurrency: int) -> dict:
@@ -369,7 +372,7 @@ def main() -> int:
         )
     for geometry, row in roofline.items():
         print(f"{geometry}: {row['per_step'] / 1e9:.2f} GB of weights per step ({row['talker'] / 1e9:.2f} talker + "
-              f"15 x {row['code_predictor_pass'] / 1e9:.3f} code predictor)")  # fmt: skip
+              f"{row['passes']} x {row['code_predictor_pass'] / 1e9:.3f} code predictor)")  # fmt: skip
     if plot:
         print(f"plot: {plot}")
     return 0

@@ -136,8 +136,55 @@ def small_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def talker_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A whole model directory: small-geometry decoder plus a tiny random-weight talker and BPE tokenizer."""
-    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "talker", "small", seed=0, talker="tiny")
+    """A whole model directory: a tiny random-weight talker and BPE tokenizer over a small-geometry decoder.
+
+    The decoder is the ``moderate`` drive one (:mod:`vllm_omni.edge.testing.drive`, seed 1): the Rockchip
+    tests compile it (its fp16 ceiling makes their bar meaningful), and the serving tests serve the plan
+    they compiled (:func:`shared_plans`) instead of compiling it again.
+    """
+    from vllm_omni.edge.testing.drive import write_drive_checkpoint
+
+    return write_drive_checkpoint(tmp_path_factory.mktemp("ckpt") / "talker", "small", "moderate", 1, talker="tiny")
+
+
+class SharedPlans:
+    """Plans one pytest run built, kept for the next (``make test``'s vLLM pass serves the main pass's), keyed
+    by the checkpoint's sha256 and the hardware class, under ``out/test-plans/`` (ignored by git)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _slot(self, checkpoint: Path, hardware: str) -> Path:
+        from vllm_omni.edge.checkpoint import checkpoint_sha256, resolve_speech_tokenizer
+
+        return self.root / checkpoint_sha256(resolve_speech_tokenizer(checkpoint))[:16] / hardware
+
+    def publish(self, checkpoint: Path, hardware: str, plan_dir: Path) -> None:
+        import shutil
+
+        slot = self._slot(checkpoint, hardware)
+        shutil.rmtree(slot, ignore_errors=True)
+        shutil.copytree(plan_dir, slot)
+
+    def copy_to(self, checkpoint: Path, hardware: str, target: Path) -> bool:
+        """Copy the kept plan of ``hardware`` for ``checkpoint`` to ``target`` if one validates; False otherwise."""
+        import shutil
+
+        from vllm_omni.edge.errors import EdgeError
+        from vllm_omni.edge.plan.model import ExecPlan
+
+        slot = self._slot(checkpoint, hardware)
+        try:
+            ExecPlan.load(slot)
+        except EdgeError:
+            return False
+        shutil.copytree(slot, target)
+        return True
+
+
+@pytest.fixture(scope="session")
+def shared_plans(repo_root: Path) -> SharedPlans:
+    return SharedPlans(repo_root / "out" / "test-plans")
 
 
 @pytest.fixture(scope="session")

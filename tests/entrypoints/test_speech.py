@@ -100,10 +100,15 @@ def test_greedy_frames_equal_the_official_talker(name, alone, oracle_frames):
     assert mismatch.size == 0, f"first mismatch at frame/codebook {mismatch[0].tolist()}"
 
 
-def test_concurrent_requests_equal_each_run_alone(generator, alone):
-    together = generator.generate([greedy(request) for request in PROMPTS.values()])
-    for name, frames in zip(PROMPTS, together, strict=True):
+def test_concurrent_requests_equal_each_run_alone_even_beside_sampled_ones(generator, alone):
+    sampled = [
+        SpeechRequest(text="Sampled beside them.", speaker="Serena", max_frames=30, greedy=False, seed=seed)
+        for seed in (3, 4)
+    ]
+    together = generator.generate([sampled[0], *(greedy(request) for request in PROMPTS.values()), sampled[1]])
+    for name, frames in zip(PROMPTS, together[1:-1], strict=True):
         np.testing.assert_array_equal(frames, alone[name], err_msg=name)
+    assert all(len(frames) > 0 for frames in (together[0], together[-1]))
 
 
 def test_same_seed_same_sampled_frames(generator):

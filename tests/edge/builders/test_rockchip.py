@@ -48,10 +48,9 @@ def edge_build(*args) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def moderate_checkpoint(tmp_path_factory) -> Path:
-    from vllm_omni.edge.testing.drive import write_drive_checkpoint
-
-    return write_drive_checkpoint(tmp_path_factory.mktemp("ckpt") / "moderate", "small", "moderate", seed=1)
+def moderate_checkpoint(talker_checkpoint) -> Path:
+    """The session's talker checkpoint, whose decoder is the small ``moderate`` drive one (seed 1)."""
+    return talker_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +61,7 @@ def moderate_decoder(moderate_checkpoint):
 
 
 @pytest.fixture(scope="module")
-def compiled(moderate_checkpoint, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+def compiled(moderate_checkpoint, tmp_path_factory, shared_plans) -> tuple[Path, subprocess.CompletedProcess]:
     """rockchip_npu: main step B=16 and first step B=4 for rk3588 in one .rknn (dynamic_input), checked in the
     simulator with one cache.
 
@@ -77,6 +76,7 @@ def compiled(moderate_checkpoint, tmp_path_factory) -> tuple[Path, subprocess.Co
         "--step-frames", 16, "--first-step-frames", 4, "--target", "rk3588",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    shared_plans.publish(moderate_checkpoint, "rockchip_npu", out)  # the serving tests serve it (tests/conftest.py)
     return out, result
 
 

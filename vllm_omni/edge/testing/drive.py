@@ -27,8 +27,12 @@ def write_drive_checkpoint(
     seed: int = 1,
     block_gain: float = 0.5,
     output_rms: float = 0.3,
+    talker: str | None = None,
 ) -> Path:
-    """Write a ``drive`` checkpoint (``hot``: :func:`write_checkpoint`'s weights) and return its directory."""
+    """Write a ``drive`` checkpoint (``hot``: :func:`write_checkpoint`'s weights) and return its directory.
+
+    ``talker``: also a random-weight talker of that geometry (``write_checkpoint``'s ``talker``).
+    """
     import torch
 
     from ..errors import EdgeError
@@ -40,7 +44,7 @@ def write_drive_checkpoint(
     config = GEOMETRIES[geometry]()
     state = random_decoder_state(decoder_shapes(config), seed=seed, num_quantizers=config.num_quantizers)
     if drive == "hot":
-        return write_checkpoint(out, geometry, seed, decoder_state=state)
+        return write_checkpoint(out, geometry, seed, decoder_state=state, talker=talker)
     last = max((name for name in state if re.match(r"^decoder\.\d+\.conv\.weight$", name)), key=_index)
     for name, tensor in state.items():
         if _BLOCK_CONV.match(name) and tensor.dim() == 3:
@@ -55,7 +59,7 @@ def write_drive_checkpoint(
     with torch.inference_mode():
         rms = float(decoder(codes).square().mean().sqrt())
     state[last].mul_(output_rms / max(rms, 1e-6))  # loud output: its level does not move the fp16 SNR
-    return write_checkpoint(out, geometry, seed, decoder_state=state)
+    return write_checkpoint(out, geometry, seed, decoder_state=state, talker=talker)
 
 
 def _index(name: str) -> int:

@@ -32,7 +32,6 @@ from torch.nn import functional as F
 from .code_predictor import Qwen3TTSCodePredictor
 from .configuration_qwen3_tts import Qwen3TTSConfig
 from .engine_ids import RESIDUAL_MARK, engine_vocab_size, residual_column_offsets
-from .residual_sampler import ResidualSampling
 from .talker_requests import LOGITS_PROCESSOR, TALKER_BATCH, StepLayout, TalkerRequestState
 
 
@@ -207,12 +206,12 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
                 continue
             generated = bisect.bisect_left(host_positions, state.prompt_len, start, end)  # positions increase
             prompt_index.extend(range(start, generated))
-            made = len(state.frames)
+            known_frames = made = len(state.frames)
             for index in range(generated, end):
                 step = host_positions[index] - state.prompt_len
-                if step < made:
+                if step < known_frames:
                     known.append((index, state, step))
-                elif step == made and state.last_hidden is not None:
+                elif step == made == known_frames and state.last_hidden is not None:  # one new frame per row
                     new.append((index, state, row))
                     made += 1
                 else:
@@ -222,6 +221,7 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
                     )
             if host_positions[end - 1] == state.prompt_len + made - 1:
                 layout.frontier.append((row, state))
+        prompt_index.extend(range(starts[-1] if starts else 0, ids.shape[0]))  # padding, or a run without rows
         embeds = torch.empty(
             ids.shape[0], self.codec_head.in_features, dtype=self.codec_head.weight.dtype, device=device
         )
@@ -248,25 +248,15 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         self, ids: torch.Tensor, new: list[tuple[int, TalkerRequestState, int]], layout: StepLayout
     ) -> torch.Tensor:
         """``int64[n, groups]``: the frames completed in this step, their residuals in one batched call."""
-        device = ids.device
-        states = [state for _, state, _ in new]
+        device, tables = ids.device, TALKER_BATCH.tables
+        if tables is None:
+            raise RuntimeError("the talker's logits processor was not loaded: see check_engine")
         code0 = ids[torch.tensor([index for index, _, _ in new], dtype=torch.long, device=device)]
         rows = torch.tensor([row for _, _, row in new], dtype=torch.long, device=device)
-        specs = [state.spec for state in states]
-        sampling = ResidualSampling(
-            greedy=torch.tensor([spec.subtalker_greedy for spec in specs], dtype=torch.bool, device=device),
-            temperature=torch.tensor([spec.subtalker_temperature for spec in specs], device=device),
-            top_k=torch.tensor([spec.subtalker_top_k for spec in specs], dtype=torch.int64, device=device),
-            top_p=torch.tensor([spec.subtalker_top_p for spec in specs], device=device),
-            seeds=torch.tensor([state.seed for state in states], dtype=torch.int64, device=device),
-            frames=torch.tensor([len(state.frames) for state in states], dtype=torch.int64, device=device),
-        )
-        hidden = torch.stack([state.last_hidden for state in states])
-        residuals = self.code_predictor.predict(hidden, self.model.codec_embedding(code0), sampling)
-        tables = TALKER_BATCH.tables
-        if tables is not None:  # the repetition-penalty history and frame counts of these rows
-            tables.history[rows, code0] = True
-            tables.frames[rows] += 1
+        hidden = torch.stack([state.last_hidden for _, state, _ in new])
+        residuals = self.code_predictor.predict(hidden, self.model.codec_embedding(code0), tables.sampling(rows))
+        tables.history[rows, code0] = True  # the repetition-penalty history and frame counts of these rows
+        tables.frames[rows] += 1
         layout.new_rows, layout.new_residuals = rows, residuals
         return torch.cat((code0.unsqueeze(1), residuals), dim=1)
 
@@ -341,7 +331,35 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         missing = sorted(set(params) - loaded)
         if missing:
             raise ValueError(f"the checkpoint lacks {len(missing)} talker tensors, e.g. {missing[:5]}")
+        self._use_engine_gemm()
         return loaded
+
+    def _use_engine_gemm(self) -> None:
+        """Run the plain ``nn.Linear`` layers (code predictor, codec head, text projection) on the GEMM kernels
+        vLLM gives its own layers on this platform.
+
+        On CPU that is oneDNN with prepacked weights: at a step's few rows it streams the weights several times
+        faster than ``torch.nn.functional.linear`` (measured at the 0.6B sizes: about 45-80 GB/s against 7-16
+        for 8-16 rows), and the code predictor reads its weights 15 times a step. Elsewhere the layers stay
+        as they are. Called once the weights are loaded (prepacking copies them).
+        """
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cpu():
+            return
+        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+        for module in self.modules():
+            if type(module) is nn.Linear:
+                dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+                module.forward = _engine_linear(module)
+
+
+def _engine_linear(module: nn.Linear):
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return module.cpu_linear(x, module.weight, module.bias)
+
+    return forward
 
 
 def _default_loader(param: torch.Tensor, tensor: torch.Tensor) -> None:

@@ -36,6 +36,8 @@ from typing import Any
 
 import torch
 
+from .residual_sampler import ResidualSampling
+
 EXTRA_ARGS_KEY = "qwen3_tts"
 LOGITS_PROCESSOR = "vllm_omni.model_executor.models.qwen3_tts.talker_requests:Qwen3TTSLogitsProcessor"
 # Parked states (requests out of the batch that may resume): bounded in bytes and age.
@@ -125,7 +127,9 @@ class RowTables:
     """Per-row tensors on the logits' device, indexed by persistent-batch row.
 
     ``history`` bool[rows, codec_vocab]: codebook-0 ids made so far (the repetition penalty's set);
-    ``penalty`` float32[rows]; ``frames`` int64[rows] (frames made); ``min_frames`` int64[rows].
+    ``penalty`` float32[rows]; ``frames`` int64[rows] (frames made); ``min_frames`` int64[rows]; and the
+    residual sampling of each row (``greedy``, ``temperature``, ``top_k``, ``top_p``, ``seed``), so a step
+    gathers the settings of its new frames by row, with no per-request work.
     """
 
     def __init__(self, rows: int, codec_vocab: int, device: torch.device) -> None:
@@ -133,6 +137,17 @@ class RowTables:
         self.penalty = torch.ones(rows, dtype=torch.float32, device=device)
         self.frames = torch.zeros(rows, dtype=torch.int64, device=device)
         self.min_frames = torch.zeros(rows, dtype=torch.int64, device=device)
+        self.greedy = torch.ones(rows, dtype=torch.bool, device=device)
+        self.temperature = torch.ones(rows, dtype=torch.float32, device=device)
+        self.top_k = torch.zeros(rows, dtype=torch.int64, device=device)
+        self.top_p = torch.ones(rows, dtype=torch.float32, device=device)
+        self.seed = torch.zeros(rows, dtype=torch.int64, device=device)
+
+    def _tables(self) -> tuple[torch.Tensor, ...]:
+        return (
+            self.history, self.penalty, self.frames, self.min_frames,
+            self.greedy, self.temperature, self.top_k, self.top_p, self.seed,
+        )  # fmt: skip
 
     def load(self, row: int, state: TalkerRequestState) -> None:
         if state.history is not None:
@@ -140,15 +155,32 @@ class RowTables:
         else:
             self.history[row].zero_()
         state.history = None
-        self.penalty[row] = state.spec.repetition_penalty
+        spec = state.spec
+        self.penalty[row] = spec.repetition_penalty
         self.frames[row] = len(state.frames)
-        self.min_frames[row] = state.spec.min_new_tokens
+        self.min_frames[row] = spec.min_new_tokens
+        self.greedy[row] = spec.subtalker_greedy
+        self.temperature[row] = spec.subtalker_temperature
+        self.top_k[row] = spec.subtalker_top_k
+        self.top_p[row] = spec.subtalker_top_p
+        self.seed[row] = state.seed
 
     def save(self, row: int, state: TalkerRequestState) -> None:
         state.history = self.history[row].clone()
 
+    def sampling(self, rows: torch.Tensor) -> ResidualSampling:
+        """The residual sampling of the frames that ``rows`` (int64[n], batch rows) complete in this step."""
+        return ResidualSampling(
+            greedy=self.greedy[rows],
+            temperature=self.temperature[rows],
+            top_k=self.top_k[rows],
+            top_p=self.top_p[rows],
+            seeds=self.seed[rows],
+            frames=self.frames[rows],
+        )
+
     def move(self, a: int, b: int, swap: bool) -> None:
-        for table in (self.history, self.penalty, self.frames, self.min_frames):
+        for table in self._tables():
             if swap:
                 table[[a, b]] = table[[b, a]]
             else:
