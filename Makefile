@@ -62,8 +62,9 @@ bench: setup
 bench-stateful: setup
 	$(PY) benchmarks/bench_stateful.py --out out/bench
 
-# Talker frames/s at 1, 4 and 8 concurrent requests vs the official talker (tiny and released 0.6B, random weights).
-bench-talker: setup-oracle setup-vllm
+# Talker frames/s at 1, 4, 8 and 16 concurrent requests vs the official talker, step profile, roofline, plot
+# (tiny and released 0.6B, random weights).
+bench-talker: setup setup-oracle setup-vllm
 	.venv-vllm/bin/python benchmarks/bench_talker.py --out out/bench
 
 # A loopback `vllm serve --omni` server: codec streams decoded on the client vs server-side PCM, 1/4/8 streams.

@@ -48,9 +48,12 @@ def edge_build(*args) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def moderate_checkpoint(talker_checkpoint) -> Path:
-    """The session's talker checkpoint, whose decoder is the small ``moderate`` drive one (seed 1)."""
-    return talker_checkpoint
+def moderate_checkpoint(tmp_path_factory) -> Path:
+    """The small ``moderate`` drive decoder (seed 1): the same speech tokenizer, byte for byte, as the serving
+    tests' talker checkpoint (tests/conftest.py), so they can serve the plan compiled here."""
+    from vllm_omni.edge.testing.drive import write_drive_checkpoint
+
+    return write_drive_checkpoint(tmp_path_factory.mktemp("ckpt") / "moderate", "small", "moderate", seed=1)
 
 
 @pytest.fixture(scope="module")
