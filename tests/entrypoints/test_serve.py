@@ -307,9 +307,10 @@ def as_recording(messages: list) -> list:
 def test_websocket_speaks_text_pieces_as_segments(server, offline_frames):
     start = {"type": "start", "voice": "Ryan", "language": "English", "greedy": True, "max_frames": 20}
     pieces = [HELLO["input"], "And a second piece of text."]
+    sent = ["", " ", pieces[0], "\n\n", pieces[1], " "]  # whitespace pieces, as an LLM's token stream sends them
     messages, code, _ = socket_messages(
         server,
-        [{**start, "edge_hardware": "cpu_x86_64"}, *({"type": "text", "text": p} for p in pieces), {"type": "end"}],
+        [{**start, "edge_hardware": "cpu_x86_64"}, *({"type": "text", "text": p} for p in sent), {"type": "end"}],
     )
     assert code == 1000
     segments, current = [], []

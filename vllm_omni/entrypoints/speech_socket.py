@@ -23,7 +23,8 @@ class SpeechSocket:
 
     Client -> server (JSON text messages): ``{"type": "start", ...}`` with the fields of
     ``POST /v1/audio/speech`` (``edge_hardware`` required, ``input`` optional); then any number of
-    ``{"type": "text", "text": ...}``; then ``{"type": "end"}``, or ``{"type": "cancel"}`` at any time.
+    ``{"type": "text", "text": ...}`` (a piece that is empty or whitespace is accepted and says nothing);
+    then ``{"type": "end"}``, or ``{"type": "cancel"}`` at any time.
     Each text piece is one segment, generated as soon as the ones before it are done: speech starts
     with the first piece while later text is still arriving. Server -> client: the wire protocol's
     start message (text), frames messages (binary; each segment ends with a ``segment end`` flag,
@@ -107,8 +108,9 @@ class SpeechSocket:
                 speaker.cancel()
                 return
             kind = message["type"]
-            if kind == "text" and isinstance(message.get("text"), str) and message["text"].strip():
-                await self.pieces.put(message["text"])
+            if kind == "text" and isinstance(message.get("text"), str):
+                if message["text"].strip():  # a piece of whitespace alone (token streams send them) says nothing
+                    await self.pieces.put(message["text"])
             elif kind == "end":
                 await self.pieces.put(None)
                 await speaker
