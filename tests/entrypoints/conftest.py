@@ -10,9 +10,14 @@ from pathlib import Path
 import pytest
 
 # Engine settings the tests run the tiny talker with (random weights, fp32, a 64 MB KV cache).
-ENGINE = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.3, "block_size": 32}
-MAX_MODEL_LEN = 512
-KV_CACHE_BYTES = 64 << 20
+ENGINE = {
+    "dtype": "float32",
+    "enforce_eager": True,
+    "gpu_memory_utilization": 0.3,
+    "block_size": 32,
+    "max_model_len": 512,
+    "kv_cache_memory_bytes": 64 << 20,
+}
 
 
 @pytest.fixture(scope="session")
@@ -30,8 +35,6 @@ def talker_generator(talker_checkpoint: Path):
 
     # LLM.apply_model (the tests read the worker's talker state with it) ships a function to the worker.
     os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
-    generator = CodecFrameGenerator(
-        talker_checkpoint, max_model_len=MAX_MODEL_LEN, kv_cache_memory_bytes=KV_CACHE_BYTES, **ENGINE
-    )
+    generator = CodecFrameGenerator(talker_checkpoint, **ENGINE)
     yield generator
     generator.shutdown()

@@ -191,13 +191,8 @@ def test_preempted_requests_resume_with_the_same_frames(
     talker_checkpoint: Path, generator, alone, talker_engine_settings
 ):
     del generator  # the module's engine stays up; this one has room for about two requests at a time
-    small = CodecFrameGenerator(
-        talker_checkpoint,
-        max_model_len=224,
-        kv_cache_memory_bytes=256 << 10,
-        disable_log_stats=False,
-        **talker_engine_settings,
-    )
+    small_cache = {"max_model_len": 224, "kv_cache_memory_bytes": 256 << 10, "disable_log_stats": False}
+    small = CodecFrameGenerator(talker_checkpoint, **{**talker_engine_settings, **small_cache})
     try:
         frames = small.generate([greedy(request) for request in PROMPTS.values()])
         preemptions = sum(getattr(m, "value", 0) for m in small.llm.get_metrics() if m.name == "vllm:num_preemptions")
@@ -211,9 +206,7 @@ def test_preempted_requests_resume_with_the_same_frames(
 def test_streaming_yields_the_offline_frames_and_survives_a_bad_request(
     talker_checkpoint: Path, alone, talker_engine_settings
 ):
-    gen = AsyncCodecFrameGenerator(
-        talker_checkpoint, max_model_len=512, kv_cache_memory_bytes=64 << 20, **talker_engine_settings
-    )
+    gen = AsyncCodecFrameGenerator(talker_checkpoint, **talker_engine_settings)
 
     async def collect(request: SpeechRequest) -> tuple[np.ndarray, int]:
         chunks = [chunk async for chunk in gen.stream(request)]
@@ -258,7 +251,7 @@ def test_voice_design_frames_equal_the_official_talker(
         ),
     }
     official = run_official(repo_root, checkpoint, prompts, 20, work)
-    gen = CodecFrameGenerator(checkpoint, max_model_len=512, kv_cache_memory_bytes=64 << 20, **talker_engine_settings)
+    gen = CodecFrameGenerator(checkpoint, **talker_engine_settings)
     try:
         ours = gen.generate([greedy(request, 20) for request in prompts.values()])
         with pytest.raises(SpeechRequestError, match="no preset speakers"):

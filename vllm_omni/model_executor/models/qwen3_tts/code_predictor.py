@@ -116,16 +116,18 @@ class Qwen3TTSCodePredictor(nn.Module):
             config.rope_theta ** (torch.arange(0, config.head_dim, 2, dtype=torch.float32) / config.head_dim)
         )
         self.register_buffer("inv_freq", inv_freq, persistent=False)
-        self._rope_tables: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._rope_tables: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def _rope_table(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin [positions, head_dim] of every position a frame uses (0 .. groups), made once per dtype."""
-        table = self._rope_tables.get(dtype)
+        """cos and sin [positions, head_dim] of every position a frame uses (0 .. groups), made once per device
+        and dtype (a module moved to another device makes its table again there)."""
+        key = (self.inv_freq.device, dtype)
+        table = self._rope_tables.get(key)
         if table is None:
             positions = torch.arange(self.config.num_code_groups, dtype=torch.float32, device=self.inv_freq.device)
             freqs = torch.outer(positions, self.inv_freq)
             angles = torch.cat((freqs, freqs), dim=-1)
-            table = self._rope_tables[dtype] = (angles.cos().to(dtype), angles.sin().to(dtype))
+            table = self._rope_tables[key] = (angles.cos().to(dtype), angles.sin().to(dtype))
         return table
 
     @torch.inference_mode()
@@ -138,19 +140,17 @@ class Qwen3TTSCodePredictor(nn.Module):
         settings. Runs the ``groups - 1`` passes once for the whole batch, with one K/V buffer for all
         positions (nothing grows), the RoPE table made once, and every tensor on the inputs' device.
         """
-        layers = self.model.layers
-        attention = layers[0].self_attn
+        config, layers = self.config, self.model.layers
         batch, dtype = talker_hidden.shape[0], talker_hidden.dtype
-        positions = self.config.num_code_groups
         caches = torch.empty(
-            len(layers), 2, batch, attention.kv_heads, positions, attention.head_dim, dtype=dtype,
+            len(layers), 2, batch, config.num_key_value_heads, config.num_code_groups, config.head_dim, dtype=dtype,
             device=talker_hidden.device,
         )  # fmt: skip
         cos_table, sin_table = self._rope_table(dtype)
         x = torch.stack((talker_hidden, code0_embeds), dim=1)
         codes: list[torch.Tensor] = []
         start = 0
-        for group in range(self.config.num_code_groups - 1):
+        for group in range(config.num_code_groups - 1):
             x = self.small_to_mtp_projection(x)
             seq = x.shape[1]
             cos, sin = cos_table[start : start + seq], sin_table[start : start + seq]

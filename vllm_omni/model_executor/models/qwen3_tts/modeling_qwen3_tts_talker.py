@@ -32,6 +32,7 @@ from torch.nn import functional as F
 from .code_predictor import Qwen3TTSCodePredictor
 from .configuration_qwen3_tts import Qwen3TTSConfig
 from .engine_ids import RESIDUAL_MARK, engine_vocab_size, residual_column_offsets
+from .engine_settings import LOGPROBS_MODE
 from .talker_requests import LOGITS_PROCESSOR, TALKER_BATCH, StepLayout, TalkerRequestState
 
 
@@ -58,9 +59,9 @@ def check_engine(vllm_config) -> None:
             "prefix caching would share KV blocks between requests whose generated positions look alike but "
             "carry different residual codes: disable it (enable_prefix_caching=False / --no-enable-prefix-caching)"
         )
-    if model_config.logprobs_mode != "raw_logprobs":
+    if model_config.logprobs_mode != LOGPROBS_MODE:
         problems.append(
-            f"logprobs_mode must be 'raw_logprobs' (the residual-code channel), got {model_config.logprobs_mode!r}"
+            f"logprobs_mode must be {LOGPROBS_MODE!r} (the residual-code channel), got {model_config.logprobs_mode!r}"
         )
     from vllm.platforms import current_platform
 
@@ -196,7 +197,7 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         starts, host_positions = self._batch_layout(ids.shape[0], positions)
         prompt_index: list[int] = []
         known: list[tuple[int, TalkerRequestState, int]] = []  # (token index, state, frame index)
-        new: list[tuple[int, TalkerRequestState, int]] = []  # (token index, state, batch row)
+        new: list[tuple[int, TalkerRequestState, int, int]] = []  # (token index, state, frame index, batch row)
         layout = StepLayout(rows=max(len(starts) - 1, 0))
         for row in range(len(starts) - 1):
             start, end = starts[row], starts[row + 1]
@@ -212,7 +213,7 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
                 if step < known_frames:
                     known.append((index, state, step))
                 elif step == made == known_frames and state.last_hidden is not None:  # one new frame per row
-                    new.append((index, state, row))
+                    new.append((index, state, step, row))
                     made += 1
                 else:
                     raise RuntimeError(
@@ -228,42 +229,40 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         if prompt_index:  # decode steps skip the text path: their inputs come from the frames
             where = torch.tensor(prompt_index, dtype=torch.long, device=device)
             embeds[where] = self.embed_prompt_ids(ids[where])
-        frames = [state.frames[step] for _, state, step in known]
+        codes = [torch.stack([state.frames[step] for _, state, step in known])] if known else []
         if new:
-            codes = self._new_frames(ids, new, layout)
-            for k, (_, state, _) in enumerate(new):
-                state.frames.append(codes[k])
-            frames.append(codes)
-        if frames:
-            generated = [index for index, _, _ in known] + [index for index, _, _ in new]
-            steps = [step for _, _, step in known] + [len(state.frames) - 1 for _, state, _ in new]
-            states = [state for _, state, _ in known] + [state for _, state, _ in new]
-            codes = torch.cat([f.unsqueeze(0) if f.dim() == 1 else f for f in frames])
-            where = torch.tensor(generated, dtype=torch.long, device=device)
-            embeds[where] = self._frame_inputs(codes, states, steps)
+            made_codes = self._new_frames(ids, new, layout)
+            for frame, (_, state, _, _) in zip(made_codes, new, strict=True):
+                state.frames.append(frame)
+            codes.append(made_codes)
+        generated = known + [(index, state, step) for index, state, step, _ in new]
+        if generated:
+            where = torch.tensor([index for index, _, _ in generated], dtype=torch.long, device=device)
+            embeds[where] = self._frame_inputs(torch.cat(codes), generated)
         TALKER_BATCH.step = layout
         return self.model(positions, embeds)
 
     def _new_frames(
-        self, ids: torch.Tensor, new: list[tuple[int, TalkerRequestState, int]], layout: StepLayout
+        self, ids: torch.Tensor, new: list[tuple[int, TalkerRequestState, int, int]], layout: StepLayout
     ) -> torch.Tensor:
         """``int64[n, groups]``: the frames completed in this step, their residuals in one batched call."""
         device, tables = ids.device, TALKER_BATCH.tables
         if tables is None:
             raise RuntimeError("the talker's logits processor was not loaded: see check_engine")
-        code0 = ids[torch.tensor([index for index, _, _ in new], dtype=torch.long, device=device)]
-        rows = torch.tensor([row for _, _, row in new], dtype=torch.long, device=device)
-        hidden = torch.stack([state.last_hidden for _, state, _ in new])
+        code0 = ids[torch.tensor([index for index, _, _, _ in new], dtype=torch.long, device=device)]
+        rows = torch.tensor([row for _, _, _, row in new], dtype=torch.long, device=device)
+        hidden = torch.stack([state.last_hidden for _, state, _, _ in new])
         residuals = self.code_predictor.predict(hidden, self.model.codec_embedding(code0), tables.sampling(rows))
         tables.history[rows, code0] = True  # the repetition-penalty history and frame counts of these rows
         tables.frames[rows] += 1
         layout.new_rows, layout.new_residuals = rows, residuals
         return torch.cat((code0.unsqueeze(1), residuals), dim=1)
 
-    def _frame_inputs(self, codes: torch.Tensor, states: list[TalkerRequestState], steps: list[int]) -> torch.Tensor:
-        """Talker inputs of generated positions: 16 code embeddings summed, plus the step's text vector."""
+    def _frame_inputs(self, codes: torch.Tensor, generated: list[tuple[int, TalkerRequestState, int]]) -> torch.Tensor:
+        """Talker inputs of generated positions (token index, state, frame index): the frame's 16 code embeddings
+        (``codes [n, 16]``, in the same order) summed, plus the step's text vector."""
         text_ids = []
-        for state, step in zip(states, steps, strict=True):
+        for _, state, step in generated:
             trailing = state.spec.trailing_text_ids
             text_ids.append(trailing[step] if step < len(trailing) else self.tts_pad_token_id)
         text = torch.tensor(text_ids, dtype=torch.long, device=codes.device)

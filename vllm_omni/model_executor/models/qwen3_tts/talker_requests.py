@@ -107,6 +107,15 @@ class TalkerRequestState:
         # Distinct from the codebook-0 stream vLLM seeds with `seed`; 62 bits keep the int64 hash positive.
         self.seed = ((self.spec.seed + 1) if self.spec.seed is not None else secrets.randbits(62)) & ((1 << 62) - 1)
 
+    def park(self) -> None:
+        """Out of the batch, maybe for long: own copies of what were rows of shared step tensors (so a parked
+        state holds, and :meth:`nbytes` counts, only its own), and the time it left."""
+        if self.frames:
+            self.frames = list(torch.stack(self.frames))
+        if self.last_hidden is not None:
+            self.last_hidden = self.last_hidden.clone()
+        self.parked_at = time.monotonic()
+
     def nbytes(self) -> int:
         held = [*self.frames, self.last_hidden, self.history]
         return sum(t.element_size() * t.nelement() for t in held if t is not None)
@@ -240,7 +249,7 @@ class TalkerBatch:
             return
         if self.tables is not None:
             self.tables.save(index, state)
-        state.parked_at = time.monotonic()
+        state.park()
         self._parked[key] = state
         self._parked.move_to_end(key)
 
