@@ -1,18 +1,26 @@
-"""HTTP routes of ``vllm serve --omni``: plans, their artifacts, and speech as codec frames or PCM.
+"""HTTP routes of ``vllm serve --omni``: plans, their artifacts, voices, and speech as codec frames or audio.
 
 A vLLM endpoint plugin (``vllm.endpoint_plugins`` entry point ``vllm_omni_edge``, allow-listed by the
 ``--omni`` hand-off). vLLM's ``--api-key`` middleware guards every ``/v1`` route, these included.
 
-* ``GET /v1/edge/hardware``: the classes served, each with its plan id.
-* ``GET /v1/edge/plans/{class}`` (also ``.../exec_plan.json``): the plan, ``ETag`` = plan id.
-* ``GET /v1/edge/plans/{class}/artifacts/{name}`` (also ``.../{class}/{name}``, the plan-relative URL
-  the edge client derives): an artifact, by its name in the plan only; ``Range``, ``ETag`` =
-  sha256, ``X-Content-SHA256``.
-* ``POST /v1/audio/speech``: OpenAI-style speech (body: :mod:`.speech_api`). ``response_format``
-  ``codec`` streams the codec-token wire protocol (``docs/serving/codec_stream.md``) for
-  ``edge_hardware``'s plan as the talker makes frames; ``pcm`` / ``wav`` decode on the server with
-  the exact stateful decoder (``stream`` true: chunked as decoded). Bodies: :mod:`.speech_streams`.
+* ``GET|HEAD /v1/edge/hardware``: the classes served, each with its plan id.
+* ``GET|HEAD /v1/edge/plans/{class}`` (also ``.../exec_plan.json``): the plan, ``ETag`` = plan id
+  (``If-None-Match`` -> 304).
+* ``GET|HEAD /v1/edge/plans/{class}/artifacts/{name}`` (also ``.../{class}/{name}``, the plan-relative URL
+  the edge client derives): an artifact, by its name in the plan only; ``Range``, ``ETag`` = sha256
+  (``If-None-Match`` -> 304), ``X-Content-SHA256``.
+* ``GET /v1/audio/voices``: the checkpoint's voices.
+* ``POST /v1/audio/speech``: OpenAI's speech (body: :mod:`.speech_api`, limits: :mod:`.speech_limits`).
+  ``response_format`` ``codec`` streams the codec-token wire protocol (``docs/serving/codec_stream.md``)
+  for ``edge_hardware``'s plan as the talker makes frames; ``mp3`` (the default, as OpenAI's), ``opus``,
+  ``aac``, ``flac``, ``wav``, ``pcm`` decode on the server with the exact stateful decoder and encode
+  (:mod:`.speech_audio`); ``stream`` true sends them as decoded, ``stream_format`` ``sse`` as OpenAI's
+  events. A response that is not streamed stops, and its engine request is aborted, when its client
+  disconnects. Bodies: :mod:`.speech_streams`.
 * ``WS /v1/audio/speech/stream``: the codec stream over a WebSocket, text in pieces (:mod:`.speech_socket`).
+
+The text-generation routes vLLM mounts (chat, completions, messages, responses, tokenize) answer 404 with
+what to use instead: the talker generates codec frames, not text.
 
 An API server process loads plans only (:mod:`.edge_state`); building them is the start-up
 hand-off's job (:mod:`.cli.serve`), so no exporter, graph or builder module is imported here.
@@ -21,24 +29,44 @@ hand-off's job (:mod:`.cli.serve`), so no exporter, graph or builder module is i
 # No ``from __future__ import annotations``: FastAPI reads the routes' parameter types (Request,
 # WebSocket), imported inside build_router, from the live annotations.
 import uuid
-from typing import Any
 
 from .edge_state import EdgeServingState, artifact_files, load_edge_state
-from .speech_api import CODEC_MEDIA_TYPE, TASK_TYPES, speech_body_model, to_speech_request
+from .server_logs import quiet_known_noise
+from .speech_api import (
+    CODEC_MEDIA_TYPE,
+    SSE_MEDIA_TYPE,
+    SpeechApiError,
+    check_body,
+    parse_json,
+    speech_body_model,
+    to_speech_request,
+    validation_message,
+)
+from .speech_http import collect_unless_disconnected, error_response, not_modified, read_body
 from .speech_socket import SpeechSocket
-from .speech_streams import codec_stream, pcm_stream, wav_header, with_wav_header
+from .speech_streams import audio_stream, codec_stream, sse_events
 
-
-def error_response(status: int, message: str) -> Any:
-    """OpenAI's error body: ``{"error": {"message", "code"}}``."""
-    from fastapi.responses import JSONResponse
-
-    return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)
+# vLLM's text routes (prefixes): a talker makes codec frames, so each answers 404 saying what to use.
+TEXT_ROUTES = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/messages",
+    "/v1/responses",
+    "/tokenize",
+    "/detokenize",
+    "/generative_scoring",
+    "/inference/v1/generate",
+)
 
 
 def build_router():
     from fastapi import APIRouter, HTTPException, Request, WebSocket
     from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+    from pydantic import ValidationError
+
+    from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
+
+    from .speech_audio import AUDIO_FORMATS, wav_header
 
     router = APIRouter()
     speech_body = speech_body_model()
@@ -50,6 +78,7 @@ def build_router():
         return edge
 
     @router.get("/v1/edge/hardware")
+    @router.head("/v1/edge/hardware")
     async def hardware(request: Request):
         edge = state(request)
         rows = [
@@ -58,12 +87,13 @@ def build_router():
         ]
         return JSONResponse({"classes": rows})
 
-    @router.get("/v1/edge/plans/{name}")
-    @router.get("/v1/edge/plans/{name}/exec_plan.json")
     async def plan(request: Request, name: str):
         edge = state(request)
         plan = edge.plan(name)
-        return Response(edge.plan_bytes[name], media_type="application/json", headers={"ETag": f'"{plan.plan_id}"'})
+        etag = f'"{plan.plan_id}"'
+        if not_modified(request, etag):
+            return Response(status_code=304, headers={"ETag": etag})
+        return Response(edge.plan_bytes[name], media_type="application/json", headers={"ETag": etag})
 
     async def artifact(request: Request, name: str, artifact: str):
         edge = state(request)
@@ -73,63 +103,89 @@ def build_router():
             raise HTTPException(404, f"{artifact!r} is not an artifact of the {name} plan; listed: {', '.join(files)}")
         sha256, _size = files[artifact]
         headers = {"ETag": f'"{sha256}"', "X-Content-SHA256": sha256}
+        if not_modified(request, headers["ETag"]):
+            return Response(status_code=304, headers=headers)
         return FileResponse(plan.directory / artifact, headers=headers, media_type="application/octet-stream")
 
-    router.add_api_route("/v1/edge/plans/{name}/artifacts/{artifact}", artifact, methods=["GET"])
-    router.add_api_route("/v1/edge/plans/{name}/{artifact}", artifact, methods=["GET"])
+    for path in ("/v1/edge/plans/{name}", "/v1/edge/plans/{name}/exec_plan.json"):
+        router.add_api_route(path, plan, methods=["GET", "HEAD"])
+    for path in ("/v1/edge/plans/{name}/artifacts/{artifact}", "/v1/edge/plans/{name}/{artifact}"):
+        router.add_api_route(path, artifact, methods=["GET", "HEAD"])
+
+    @router.get("/v1/audio/voices")
+    async def voices(request: Request):
+        return JSONResponse({"voices": state(request).voices()})
+
+    async def speech_request(request: Request, edge: EdgeServingState, request_id: str):
+        """The checked body and its engine inputs (tokenized off the event loop)."""
+        data = parse_json(await read_body(request, edge.limits.max_body_bytes))
+        try:
+            body = speech_body.model_validate(data)
+        except ValidationError as error:
+            raise SpeechApiError(400, validation_message(error)) from None
+        check_body(body, edge.limits, edge.served_models, edge.generator.config.tts_model_type)
+        if body.response_format == "codec" and body.edge_hardware not in edge.plans.published:
+            served = ", ".join(edge.plans.published) or "none"
+            raise SpeechApiError(404, f"hardware class {body.edge_hardware!r} is not served here; served: {served}")
+        try:
+            return body, await edge.prepare(to_speech_request(body), request_id)
+        except SpeechRequestError as error:
+            raise SpeechApiError(400, str(error)) from None
 
     @router.post("/v1/audio/speech")
     async def speech(request: Request):
-        from pydantic import ValidationError
-
-        from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
-
         edge = state(request)
-        try:
-            body = speech_body.model_validate(await request.json())
-        except ValidationError as error:
-            return error_response(
-                400, f"invalid speech request: {error.errors()[0]['loc']}: {error.errors()[0]['msg']}"
-            )
-        except ValueError:
-            return error_response(400, "the request body is not JSON")
-        expected = edge.generator.config.tts_model_type
-        if body.task_type is not None and TASK_TYPES[body.task_type] != expected:
-            return error_response(400, f"task_type {body.task_type} does not match the served model ({expected})")
-        speech_request = to_speech_request(body)
-        try:  # refuse bad requests before anything streams
-            edge.generator.build_request(speech_request)
-        except SpeechRequestError as error:
-            return error_response(400, str(error))
         request_id = f"speech-{uuid.uuid4().hex}"
-        if body.response_format == "codec":
-            if body.edge_hardware is None:
-                return error_response(
-                    400, "response_format codec needs edge_hardware (GET /v1/edge/hardware lists them)"
-                )
+        try:
+            body, prepared = await speech_request(request, edge, request_id)
+        except SpeechApiError as error:
+            return error_response(error.status, str(error))
+        fmt = body.response_format
+        if fmt == "codec":
             plan = edge.plan(body.edge_hardware)
-            stream = codec_stream(edge, plan, speech_request, request_id, body.frames_per_message)
+            stream = codec_stream(edge, plan, prepared, request_id, body.frames_per_message)
             return StreamingResponse(stream, media_type=CODEC_MEDIA_TYPE, headers={"X-Plan-Id": plan.plan_id})
-        pcm = pcm_stream(edge, speech_request, request_id)
         sample_rate = edge.plans.server_decoder.codec.sample_rate
-        media = "audio/wav" if body.response_format == "wav" else "audio/pcm"
+        headers = {"X-Sample-Rate": str(sample_rate)}
+        if body.stream_format == "sse":
+            events = sse_events(edge, prepared, request_id, fmt, body.speed)
+            return StreamingResponse(events, media_type=SSE_MEDIA_TYPE, headers=headers)
+        audio = audio_stream(edge, prepared, request_id, fmt, body.speed)
         if body.stream:
-            chunks = with_wav_header(pcm, sample_rate) if body.response_format == "wav" else pcm
-            return StreamingResponse(chunks, media_type=media, headers={"X-Sample-Rate": str(sample_rate)})
-        data = b"".join([chunk async for chunk in pcm])
-        if body.response_format == "wav":
-            data = wav_header(len(data), sample_rate) + data
-        return Response(data, media_type=media, headers={"X-Sample-Rate": str(sample_rate)})
+            return StreamingResponse(audio, media_type=AUDIO_FORMATS[fmt], headers=headers)
+        data = await collect_unless_disconnected(request, audio)
+        if data is None:  # the client left: nothing to answer, and the engine request is aborted
+            return Response(status_code=499)
+        if fmt == "wav":  # the whole body is known: a header with its true length
+            data = wav_header(len(data) - 44, sample_rate) + data[44:]
+        return Response(data, media_type=AUDIO_FORMATS[fmt], headers=headers)
 
     @router.websocket("/v1/audio/speech/stream")
     async def speech_socket(socket: WebSocket):
         await socket.accept()
-        await SpeechSocket(state_of_socket(socket), socket, speech_body).run()
+        await SpeechSocket(getattr(socket.app.state, "omni_edge", None), socket, speech_body).run()
 
-    def state_of_socket(socket: WebSocket) -> EdgeServingState | None:
-        return getattr(socket.app.state, "omni_edge", None)
+    async def text_route(request: Request):
+        return error_response(
+            404,
+            f"{request.url.path} is not served: this model is the Qwen3-TTS talker, which makes speech, not "
+            "text; use POST /v1/audio/speech or the WebSocket /v1/audio/speech/stream",
+        )
+
+    for prefix in TEXT_ROUTES:
+        for path in (prefix, prefix + "/{rest:path}"):
+            router.add_api_route(path, text_route, methods=["GET", "POST"], include_in_schema=False)
 
     return router
+
+
+def without_text_routes(app) -> None:
+    """Drop vLLM's text-generation routes from ``app`` (the plugin's 404 answers replace them)."""
+    app.router.routes[:] = [
+        route
+        for route in app.router.routes
+        if not any(getattr(route, "path", "").startswith(prefix) for prefix in TEXT_ROUTES)
+    ]
 
 
 class EdgeEndpointPlugin:
@@ -139,6 +195,8 @@ class EdgeEndpointPlugin:
     required_tasks = ("generate",)
 
     def attach_router(self, app) -> None:
+        quiet_known_noise()
+        without_text_routes(app)
         app.include_router(build_router())
 
     async def init_state(self, engine_client, state, args) -> None:

@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["AsyncCodecFrameGenerator", "CodecFrameGenerator", "SpeechRequest", "SpeechRequestError"]
 
 MIN_NEW_TOKENS = 2  # the official generate bars EOS for the first two codebook-0 tokens
+MAX_SEED = 2**63 - 1  # a seed the engine's generators take
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,8 @@ class _SpeechFrontend:
                 f"max_frames {max_frames} does not fit: the prompt takes {len(prompt.prompt_ids)} of the engine's "
                 f"max_model_len {self.max_model_len} positions, leaving room for {room} frames"
             )
+        if request.seed is not None and not (isinstance(request.seed, int) and 0 <= request.seed <= MAX_SEED):
+            raise SpeechRequestError(f"seed must be an integer in [0, 2**63 - 1], got {request.seed!r}")
         greedy = (not d["do_sample"]) if request.greedy is None else request.greedy
         sub_greedy = (not d["subtalker_dosample"]) if request.greedy is None else request.greedy
         pick = lambda value, name: d[name] if value is None else value  # noqa: E731
@@ -252,11 +255,16 @@ class AsyncCodecFrameGenerator(_SpeechFrontend):
 
         Closing the iterator early (a client that went away) aborts the request in the engine.
         """
+        request_id = request_id or uuid.uuid4().hex
+        async for frames in self.stream_prepared(self.build_request(request, request_key=request_id), request_id):
+            yield frames
+
+    async def stream_prepared(self, engine_request: EngineRequest, request_id: str) -> AsyncIterator[np.ndarray]:
+        """:meth:`stream` for a request :meth:`build_request` made already (with ``request_key=request_id``):
+        a server tokenizes off its event loop, then streams."""
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        request_id = request_id or uuid.uuid4().hex
-        engine_request = self.build_request(request, request_key=request_id)
         params = engine_request.sampling_params
         params.output_kind = RequestOutputKind.DELTA
         assembler = self.assembler()

@@ -1,16 +1,25 @@
-"""The body of ``POST /v1/audio/speech`` (and of the WebSocket's start message), and its speech request.
+"""The body of ``POST /v1/audio/speech`` (and of the WebSocket's start message), its checks, its request.
 
-OpenAI's fields (``model``, ``input``, ``voice``, ``instructions``, ``response_format``), Qwen3-TTS's
-(``language``, ``task_type``), the edge's (``edge_hardware``, ``stream``, ``frames_per_message``) and
-the generator's own, under their :class:`~.speech.SpeechRequest` names (:data:`GENERATOR_FIELDS`).
+OpenAI's fields (``model``, ``input``, ``voice``, ``instructions``, ``response_format``, ``speed``,
+``stream_format``), Qwen3-TTS's (``language``, ``task_type``), the edge's (``edge_hardware``,
+``stream``, ``frames_per_message``) and the generator's own, under their :class:`~.speech.SpeechRequest`
+names (:data:`GENERATOR_FIELDS`). :func:`check_body` refuses what the server will not do before any
+tokenization: each refusal is a :class:`SpeechApiError` with the HTTP status and a message of ours.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any, Literal
 
+from .speech_limits import SpeechLimits
+
 CODEC_MEDIA_TYPE = "application/x-qwen3-tts-codec-stream"
+SSE_MEDIA_TYPE = "text/event-stream"
 TASK_TYPES = {"CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
+RESPONSE_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm", "codec")
+MAX_NAME_CHARS = 256  # voice, language, model, edge_hardware
 
 # SpeechRequest fields a speech request may set under their own names (the rest are OpenAI's).
 GENERATOR_FIELDS = (
@@ -23,6 +32,14 @@ GENERATOR_FIELDS = (
     "repetition_penalty",
     "seed",
 )
+
+
+class SpeechApiError(Exception):
+    """A request the speech routes refuse: ``status`` (HTTP) and a message saying what to send instead."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def speech_body_model() -> Any:
@@ -41,7 +58,9 @@ def speech_body_model() -> Any:
         instructions: str | None = None
         language: str | None = None
         task_type: Literal["CustomVoice", "VoiceDesign"] | None = None
-        response_format: Literal["codec", "pcm", "wav"] = "wav"
+        response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm", "codec"] = "mp3"  # OpenAI's default
+        speed: float = 1.0
+        stream_format: Literal["audio", "sse"] = "audio"
         edge_hardware: str | None = None
         stream: bool = False
         frames_per_message: int = Field(default=4, ge=1, le=256)
@@ -51,6 +70,77 @@ def speech_body_model() -> Any:
         f.name: (hints[f.name], f.default) for f in dataclasses.fields(SpeechRequest) if f.name in GENERATOR_FIELDS
     }
     return create_model("SpeechBody", __base__=OpenAISpeech, **generator)
+
+
+def validation_message(error: Any) -> str:
+    """A pydantic ``ValidationError`` as one line: where, what was wrong (not the input echoed back)."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "body"
+    return f"invalid speech request: {where}: {first['msg']}"
+
+
+def parse_json(data: bytes | str) -> Any:
+    """JSON text as Python values; a :class:`SpeechApiError` (400) for anything else, deep nesting included."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise SpeechApiError(400, "the body is JSON nested too deeply; a speech request is one flat object") from None
+    except ValueError as error:  # also UnicodeDecodeError
+        raise SpeechApiError(400, f"the body is not JSON ({type(error).__name__} at {_where(error)})") from None
+
+
+def _where(error: ValueError) -> str:
+    position = getattr(error, "pos", None)
+    if position is None:
+        position = getattr(error, "start", None)
+    return f"byte {position}" if position is not None else "the start"
+
+
+def check_text(name: str, text: str | None, limit: int, flag: str | None = None) -> None:
+    """``text`` fits ``limit`` characters and is text (no lone surrogate from a ``\\ud800`` escape)."""
+    if text is None:
+        return
+    if len(text) > limit:
+        where = f" (--{flag})" if flag else ""
+        raise SpeechApiError(
+            400,
+            f"{name} is {len(text)} characters; this server takes at most {limit}{where}: "
+            + ("split the text into several requests or WebSocket pieces" if name == "input" else "shorten it"),
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise SpeechApiError(
+            400, f"{name} is not valid Unicode text: a lone surrogate at character {error.start}"
+        ) from None
+
+
+def check_body(body: Any, limits: SpeechLimits, served_models: tuple[str, ...], tts_model_type: str) -> None:
+    """What :func:`speech_body_model` cannot check alone: the limits, the served model, the format's options."""
+    from .speech_audio import SPEED_RANGE
+
+    if body.model is not None and body.model not in served_models:
+        raise SpeechApiError(404, f"model {body.model!r} is not served here; served: {', '.join(served_models)}")
+    if body.task_type is not None and TASK_TYPES[body.task_type] != tts_model_type:
+        raise SpeechApiError(400, f"task_type {body.task_type} does not match the served model ({tts_model_type})")
+    check_text("input", body.input, limits.max_input_chars, "speech-max-input-chars")
+    check_text("instructions", body.instructions, limits.max_instructions_chars, "speech-max-instructions-chars")
+    for name in ("voice", "language", "model", "edge_hardware"):
+        check_text(name, getattr(body, name), MAX_NAME_CHARS)
+    low, high = SPEED_RANGE
+    if not (math.isfinite(body.speed) and low <= body.speed <= high):
+        raise SpeechApiError(400, f"speed must be a number in [{low}, {high}], got {body.speed}")
+    if body.response_format == "codec":
+        if body.edge_hardware is None:
+            raise SpeechApiError(400, "response_format codec needs edge_hardware (GET /v1/edge/hardware lists them)")
+        if body.speed != 1.0:
+            raise SpeechApiError(
+                400, "speed applies to audio the server decodes; a codec stream is decoded on the device at speed 1"
+            )
+        if body.stream_format == "sse":
+            raise SpeechApiError(
+                400, "stream_format sse carries audio; a codec stream is binary: use stream_format audio"
+            )
 
 
 def to_speech_request(body: Any) -> Any:

@@ -3,19 +3,38 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
+import time
 import uuid
 from typing import Any
 
 import numpy as np
 
 from .edge_state import EdgeServingState
-from .speech_api import to_speech_request
+from .speech_api import SpeechApiError, check_body, check_text, parse_json, to_speech_request, validation_message
+from .speech_text import TextSegmenter
 
 # WebSocket close codes (4000-4999 are the application's): what went wrong with the client's messages.
+CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
 CLOSE_BAD_MESSAGE = 4400
 CLOSE_NOT_SERVED = 4404
+CLOSE_TIMEOUT = 4408
+CLOSE_TOO_MUCH_QUEUED = 4413
 CLOSE_NOT_READY = 4503
+MAX_REASON_BYTES = 123  # RFC 6455: a close reason fits in 123 bytes of UTF-8
+
+
+def close_reason(message: str) -> str:
+    """``message`` fitted to a close frame: cut at a word boundary with an ellipsis when too long."""
+    data = message.encode()
+    if len(data) <= MAX_REASON_BYTES:
+        return message
+    cut = data[: MAX_REASON_BYTES - 3].decode(errors="ignore")
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut) + "..."
+
+
+class SocketClosed(Exception):
+    """The session is over (closed by us after telling the client why, or by the client)."""
 
 
 class SpeechSocket:
@@ -23,134 +42,234 @@ class SpeechSocket:
 
     Client -> server (JSON text messages): ``{"type": "start", ...}`` with the fields of
     ``POST /v1/audio/speech`` (``edge_hardware`` required, ``input`` optional); then any number of
-    ``{"type": "text", "text": ...}`` (a piece that is empty or whitespace is accepted and says nothing);
-    then ``{"type": "end"}``, or ``{"type": "cancel"}`` at any time.
-    Each text piece is one segment, generated as soon as the ones before it are done: speech starts
-    with the first piece while later text is still arriving. Server -> client: the wire protocol's
-    start message (text), frames messages (binary; each segment ends with a ``segment end`` flag,
-    the stream with ``end of stream``) and done (text: ``complete``, ``cancelled`` or ``error``).
-    A malformed message closes the socket with code 4400 and the reason, an unserved class with 4404.
+    ``{"type": "text", "text": ...}``, ``{"type": "flush"}``; then ``{"type": "end"}``, or
+    ``{"type": "cancel"}`` at any time. Text pieces are joined as sent, whitespace included, and cut into
+    sentences (:class:`~.speech_text.TextSegmenter`); ``flush`` and ``end`` cut what is left. Each sentence
+    is one segment, generated as soon as the ones before it are done: speech starts with the first
+    sentence while later text is still arriving. Server -> client: the wire protocol's start message
+    (text), frames messages (binary; the first frame of a segment alone, then ``frames_per_message`` at a
+    time; each segment ends with a ``segment end`` flag, the stream with ``end of stream``) and done
+    (text: ``complete``, ``cancelled`` or ``error`` with the whole message).
+
+    Limits (:class:`~.speech_limits.SpeechLimits`): a message over ``max_body_bytes`` closes with 1009, a
+    piece over ``max_input_chars`` or text queued past ``socket_max_queued_chars`` (sent, not yet spoken)
+    with 4413, a session idle for ``socket_idle_s`` (nothing to speak, no message) or older than
+    ``socket_max_s`` with 4408. A malformed message closes with 4400, an unserved class with 4404.
     """
 
     def __init__(self, edge: EdgeServingState | None, socket: Any, speech_body: Any) -> None:
         self.edge, self.socket, self.speech_body = edge, socket, speech_body
-        self.pieces: asyncio.Queue = asyncio.Queue()
+        self.segments: asyncio.Queue[str | None] = asyncio.Queue()
+        self.queued_chars = 0  # text received and not yet taken by the speaker
+        self.speaking = False
+        self.speaker: asyncio.Task | None = None
+        self.encoder = None  # the stream's CodecStreamEncoder, once the start message is out
+        self.started = time.monotonic()
 
-    async def close(self, code: int, reason: str) -> None:
-        await self.socket.close(code=code, reason=reason[:120])
+    async def close(self, code: int, message: str) -> None:
+        """Close with ``message`` as the reason; a stream that started hears the whole message in its done.
+        Raises :class:`SocketClosed`: the session is over."""
+        speaker = self.speaker
+        if speaker is not None and speaker is not asyncio.current_task() and not speaker.done():
+            speaker.cancel()  # nothing may follow the done message
+            await asyncio.gather(speaker, return_exceptions=True)
+        try:
+            if self.encoder is not None and code != 1000:
+                await self.socket.send_text(self.encoder.done(reason="error", error=message).decode())
+            await self.socket.close(code=code, reason=close_reason(message))
+        except Exception:  # the client left first: nobody to tell
+            pass
+        raise SocketClosed
 
-    async def receive_json(self) -> dict | None:
-        """The next client message as a dict, or None after closing the socket on a malformed one."""
+    async def receive_json(self, limit: int) -> dict:
+        """The next client message as a dict (``{"type": "disconnect"}`` when the client left)."""
         message = await self.socket.receive()
         if message["type"] == "websocket.disconnect":
             return {"type": "disconnect"}
         text = message.get("text")
+        if text is None:
+            await self.close(CLOSE_BAD_MESSAGE, "expected a JSON text message with a string 'type', got binary")
+        if len(text) > limit:
+            await self.close(CLOSE_TOO_BIG, f"a message of {len(text)} characters; the limit is {limit}")
         try:
-            payload = json.loads(text) if text is not None else None
-        except ValueError:
-            payload = None
+            payload = parse_json(text)
+        except SpeechApiError as error:
+            await self.close(CLOSE_BAD_MESSAGE, str(error))
         if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
             await self.close(CLOSE_BAD_MESSAGE, "expected a JSON text message with a string 'type'")
-            return None
         return payload
 
     async def run(self) -> None:
+        with contextlib.suppress(SocketClosed):
+            await self._run()
+
+    async def _run(self) -> None:
         from pydantic import ValidationError
 
         from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
 
         if self.edge is None:
             await self.close(CLOSE_NOT_READY, "the edge routes are not initialised (start the server with --omni)")
-            return
-        start = await self.receive_json()
-        if start is None or start["type"] == "disconnect":
+        limits = self.edge.limits
+        try:
+            start = await asyncio.wait_for(self.receive_json(limits.max_body_bytes), limits.socket_idle_s)
+        except TimeoutError:
+            await self.close(CLOSE_TIMEOUT, f"no start message in {limits.socket_idle_s:g} s")
+        if start["type"] == "disconnect":
             return
         if start["type"] != "start":
             await self.close(CLOSE_BAD_MESSAGE, f"the first message must be type 'start', got {start['type']!r}")
-            return
         fields = {k: v for k, v in start.items() if k != "type"}
         try:
             body = self.speech_body.model_validate({"input": "", **fields, "response_format": "codec"})
+            check_body(body, limits, self.edge.served_models, self.edge.generator.config.tts_model_type)
         except ValidationError as error:
-            first = error.errors()[0]
-            await self.close(CLOSE_BAD_MESSAGE, f"start: {'.'.join(map(str, first['loc']))}: {first['msg']}")
-            return
-        plan = self.edge.plans.published.get(body.edge_hardware or "")
+            await self.close(CLOSE_BAD_MESSAGE, "start: " + validation_message(error).removeprefix("invalid "))
+        except SpeechApiError as error:
+            await self.close(CLOSE_BAD_MESSAGE, f"start: {error}")
+        plan = self.edge.plans.published.get(body.edge_hardware)
         if plan is None:
             served = ", ".join(self.edge.plans.published)
             await self.close(CLOSE_NOT_SERVED, f"edge_hardware {body.edge_hardware!r} is not served; served: {served}")
-            return
-        if body.input:
-            await self.pieces.put(body.input)
         try:  # refuse a bad voice/language up front, with a stand-in text when none came yet
-            self.edge.generator.build_request(to_speech_request(body.model_copy(update={"input": body.input or "."})))
+            await self.edge.prepare(to_speech_request(body.model_copy(update={"input": "."})), "speech-check")
         except SpeechRequestError as error:
             await self.close(CLOSE_BAD_MESSAGE, str(error))
-            return
-        speaker = asyncio.create_task(self.speak(body, plan))
+        segmenter = TextSegmenter(limits.max_input_chars)
+        if body.input:
+            await self.queue([*segmenter.add(body.input), segmenter.flush()])
+        speaker = self.speaker = asyncio.create_task(self.speak(body, plan))
         try:
-            await self.listen(speaker)
+            await self.listen(speaker, segmenter)
         finally:
             if not speaker.done():
                 speaker.cancel()
             await asyncio.gather(speaker, return_exceptions=True)
 
-    async def listen(self, speaker: asyncio.Task) -> None:
-        """Client messages until ``end``: text pieces are queued, ``cancel`` stops the speech now."""
-        while not speaker.done():
-            receive = asyncio.create_task(self.receive_json())
-            done, _ = await asyncio.wait({receive, speaker}, return_when=asyncio.FIRST_COMPLETED)
-            if receive not in done:
-                receive.cancel()
-                return
-            message = receive.result()
-            if message is None:
-                speaker.cancel()
-                return
-            kind = message["type"]
-            if kind == "text" and isinstance(message.get("text"), str):
-                if message["text"].strip():  # a piece of whitespace alone (token streams send them) says nothing
-                    await self.pieces.put(message["text"])
-            elif kind == "end":
-                await self.pieces.put(None)
-                await speaker
-                return
-            elif kind in ("cancel", "disconnect"):
-                speaker.cancel()
-                if kind == "cancel":
-                    await asyncio.gather(speaker, return_exceptions=True)
-                    if self.encoder is not None:
-                        await self.socket.send_text(self.encoder.done(reason="cancelled").decode())
-                    await self.close(1000, "cancelled")
-                return
-            else:
-                speaker.cancel()
-                await self.close(CLOSE_BAD_MESSAGE, f"unexpected message type {kind!r} (text, end or cancel)")
-                return
+    async def queue(self, segments: list[str | None]) -> None:
+        limit = self.edge.limits.socket_max_queued_chars
+        for segment in segments:
+            if segment is None:
+                continue
+            self.queued_chars += len(segment)
+            if self.queued_chars > limit:
+                await self.close(
+                    CLOSE_TOO_MUCH_QUEUED,
+                    f"{self.queued_chars} characters of text are waiting to be spoken; the limit is {limit}: "
+                    "send more after the segments queued so far end",
+                )
+            self.segments.put_nowait(segment)
 
-    encoder = None  # the stream's CodecStreamEncoder, once the start message is out
+    async def listen(self, speaker: asyncio.Task, segmenter: TextSegmenter) -> None:
+        """Client messages until ``end``: text is segmented and queued, ``cancel`` stops the speech now."""
+        limits = self.edge.limits
+        last_message = time.monotonic()
+        receive: asyncio.Task | None = None
+        try:
+            while not speaker.done():
+                receive = receive or asyncio.create_task(self.receive_json(limits.max_body_bytes))
+                now = time.monotonic()
+                idle_left = limits.socket_idle_s - (now - last_message)
+                total_left = limits.socket_max_s - (now - self.started)
+                done, _ = await asyncio.wait(
+                    {receive, speaker}, timeout=max(0.0, min(idle_left, total_left)), return_when="FIRST_COMPLETED"
+                )
+                if speaker in done and receive not in done:
+                    return
+                if not done:
+                    if time.monotonic() - self.started >= limits.socket_max_s:
+                        await self.close(CLOSE_TIMEOUT, f"the session is over its {limits.socket_max_s:g} s limit")
+                    if not self.speaking and self.segments.empty():
+                        await self.close(
+                            CLOSE_TIMEOUT, f"idle for {limits.socket_idle_s:g} s: send text, flush, end or cancel"
+                        )
+                    last_message = time.monotonic()  # still speaking: the client is listening, not idle
+                    continue
+                message, receive = receive.result(), None
+                last_message = time.monotonic()
+                if await self.handle(message, speaker, segmenter):
+                    return
+        finally:
+            if receive is not None and not receive.done():
+                receive.cancel()
+
+    async def handle(self, message: dict, speaker: asyncio.Task, segmenter: TextSegmenter) -> bool:
+        """One client message; True when the session is over."""
+        kind = message["type"]
+        if kind == "text":
+            text = message.get("text")
+            if not isinstance(text, str):
+                await self.close(CLOSE_BAD_MESSAGE, f"a text message needs a string 'text', got {type(text).__name__}")
+            limit = self.edge.limits.max_input_chars
+            try:
+                check_text("text", text, limit, "speech-max-input-chars")
+            except SpeechApiError as error:
+                await self.close(CLOSE_TOO_MUCH_QUEUED if len(text) > limit else CLOSE_BAD_MESSAGE, str(error))
+            await self.queue(segmenter.add(text))
+            return False
+        if kind == "flush":
+            await self.queue([segmenter.flush()])
+            return False
+        if kind == "end":
+            await self.queue([segmenter.flush()])
+            self.segments.put_nowait(None)
+            await speaker
+            return True
+        if kind in ("cancel", "disconnect"):
+            speaker.cancel()
+            if kind == "cancel":
+                await asyncio.gather(speaker, return_exceptions=True)
+                if self.encoder is not None:
+                    await self.send_text(self.encoder.done(reason="cancelled").decode())
+                await self.close(1000, "cancelled")
+            return True
+        speaker.cancel()
+        await self.close(CLOSE_BAD_MESSAGE, f"unexpected message type {kind!r} (text, flush, end or cancel)")
+        return True
+
+    async def send_text(self, text: str) -> None:
+        try:
+            await self.socket.send_text(text)
+        except Exception:  # the client left: the session is over
+            raise SocketClosed from None
+
+    async def send_bytes(self, data: bytes) -> None:
+        try:
+            await self.socket.send_bytes(data)
+        except Exception:
+            raise SocketClosed from None
 
     async def speak(self, body, plan) -> None:
-        """Segments in order: each text piece through the talker, frames out as they are made."""
-        from vllm_omni.edge.stream import StreamStart, message_batches
+        """Segments in order: each sentence through the talker, frames out as they are made."""
+        from vllm_omni.edge.stream import StreamStart
         from vllm_omni.edge.stream.encoder import CodecStreamEncoder
+        from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
 
-        encoder = self.encoder = CodecStreamEncoder(StreamStart.for_plan(plan, stream_id=f"speech-{uuid.uuid4().hex}"))
-        await self.socket.send_text(encoder.start().decode())
+        from .speech_streams import frame_batches, public_error
+
+        encoder = CodecStreamEncoder(StreamStart.for_plan(plan, stream_id=f"speech-{uuid.uuid4().hex}"))
+        await self.send_text(encoder.start().decode())
+        self.encoder = encoder
         empty = np.zeros((0, plan.codec.num_quantizers), dtype=np.int64)
         try:
-            while (text := await self.pieces.get()) is not None:
+            while (text := await self.segments.get()) is not None:
+                self.speaking = True
+                self.queued_chars -= len(text)
+                request_id = f"speech-{uuid.uuid4().hex}"
                 request = to_speech_request(body.model_copy(update={"input": text}))
-                async for frames in self.edge.generator.stream(request, f"speech-{uuid.uuid4().hex}"):
-                    for piece in message_batches(frames, body.frames_per_message):
-                        await self.socket.send_bytes(encoder.frames(piece))
-                await self.socket.send_bytes(encoder.frames(empty, segment_end=True))
-        except asyncio.CancelledError:
+                prepared = await self.edge.prepare(request, request_id)
+                frames = self.edge.generator.stream_prepared(prepared, request_id)
+                async for piece in frame_batches(frames, body.frames_per_message):
+                    await self.send_bytes(encoder.frames(piece))
+                await self.send_bytes(encoder.frames(empty, segment_end=True))
+                self.speaking = False
+        except (asyncio.CancelledError, SocketClosed):
             raise
+        except SpeechRequestError as error:  # a segment the checkpoint cannot speak (too long for the engine)
+            await self.close(CLOSE_BAD_MESSAGE, str(error))
         except Exception as error:  # the done message says what went wrong
-            await self.socket.send_text(encoder.done(reason="error", error=f"{type(error).__name__}: {error}").decode())
-            await self.close(1011, "speech failed")
-            return
-        await self.socket.send_bytes(encoder.frames(empty, end_of_stream=True))
-        await self.socket.send_text(encoder.done().decode())
+            await self.close(1011, public_error(error))
+        await self.send_bytes(encoder.frames(empty, end_of_stream=True))
+        await self.send_text(encoder.done().decode())
+        self.encoder = None
         await self.close(1000, "complete")

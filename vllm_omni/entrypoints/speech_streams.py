@@ -1,70 +1,123 @@
-"""The bodies a speech request answers with: the codec stream (wire protocol) or PCM/WAV decoded here.
+"""The bodies a speech request answers with: the codec stream (wire protocol), audio decoded here, or
+server-sent events of that audio.
 
-Each is an async iterator of bytes that follows the talker: frames leave as the engine makes them.
+Each is an async iterator of bytes that follows the talker: frames leave as the engine makes them. CPU
+work (decoding, encoding) runs on the state's bounded decode pool, never on the event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
-import struct
+import base64
+import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
 
+logger = logging.getLogger("vllm.omni.speech")  # under vLLM's logger: its handlers and level apply
 
-async def codec_stream(edge: Any, plan: Any, request: Any, request_id: str, per_message: int) -> AsyncIterator[bytes]:
+
+async def frame_batches(frames: AsyncIterator[np.ndarray], per_message: int) -> AsyncIterator[np.ndarray]:
+    """``frames`` (arrays of new frames, as the engine makes them) regrouped for the wire: the first frame
+    leaves alone at once (first audio waits for nothing), then ``per_message`` frames at a time; the
+    remainder leaves when the utterance ends."""
+    from vllm_omni.edge.stream import message_batches
+
+    pending: list[np.ndarray] = []
+    held = 0
+    first = True
+    async for new in frames:
+        if first and len(new):
+            first = False
+            yield new[:1]
+            new = new[1:]
+        if len(new):
+            pending.append(new)
+            held += len(new)
+        if held >= per_message:
+            joined = np.concatenate(pending)
+            whole = held - held % per_message
+            for piece in message_batches(joined[:whole], per_message):
+                yield piece
+            pending = [joined[whole:]] if whole < held else []
+            held -= whole
+    if held:
+        yield np.concatenate(pending)
+
+
+async def codec_stream(edge: Any, plan: Any, prepared: Any, request_id: str, per_message: int) -> AsyncIterator[bytes]:
     """The wire protocol as an HTTP body: magic, start, frames messages as the talker makes frames, done."""
-    from vllm_omni.edge.stream import KIND_BINARY, KIND_JSON, RECORDING_MAGIC, StreamStart, message_batches, record
+    from vllm_omni.edge.stream import KIND_BINARY, KIND_JSON, RECORDING_MAGIC, StreamStart, record
     from vllm_omni.edge.stream.encoder import CodecStreamEncoder
 
     encoder = CodecStreamEncoder(StreamStart.for_plan(plan, stream_id=request_id))
     yield RECORDING_MAGIC + record(KIND_JSON, encoder.start())
     try:
-        async for frames in edge.generator.stream(request, request_id):
-            for piece in message_batches(frames, per_message):
-                yield record(KIND_BINARY, encoder.frames(piece))
+        async for frames in frame_batches(edge.generator.stream_prepared(prepared, request_id), per_message):
+            yield record(KIND_BINARY, encoder.frames(frames))
     except Exception as error:  # the stream says what went wrong; the client keeps the audio so far
-        yield record(KIND_JSON, encoder.done(reason="error", error=f"{type(error).__name__}: {error}"))
+        yield record(KIND_JSON, encoder.done(reason="error", error=public_error(error)))
         return
     empty = np.zeros((0, plan.codec.num_quantizers), dtype=np.int64)
     yield record(KIND_BINARY, encoder.frames(empty, end_of_stream=True))
     yield record(KIND_JSON, encoder.done())
 
 
-async def pcm_stream(edge: Any, request: Any, request_id: str) -> AsyncIterator[bytes]:
-    """s16le PCM decoded on the server with the exact stateful decoder, as frames arrive."""
+async def audio_stream(
+    edge: Any, prepared: Any, request_id: str, fmt: str, speed: float, counts: dict[str, int] | None = None
+) -> AsyncIterator[bytes]:
+    """The utterance in ``fmt`` (:mod:`.speech_audio`), decoded on the server with the exact stateful
+    decoder as frames arrive and encoded chunk by chunk; empty chunks are not yielded. ``counts["frames"]``
+    (when given) counts the frames decoded."""
     from vllm_omni.edge.audio import float_to_pcm16
     from vllm_omni.edge.runtime import open_decoder
 
-    decoder = await asyncio.to_thread(open_decoder, edge.plans.server_decoder, check_sha256=False, prepack=True)
-    async for frames in edge.generator.stream(request, request_id):
-        audio = await asyncio.to_thread(decoder.feed, frames)
-        if audio.size:
-            yield float_to_pcm16(audio).tobytes()
-    tail = await asyncio.to_thread(decoder.flush)
-    if tail.size:
-        yield float_to_pcm16(tail).tobytes()
+    from .speech_audio import AudioEncoder
+
+    decoder = await edge.decode(lambda: open_decoder(edge.plans.server_decoder, check_sha256=False, prepack=True))
+    encoder = AudioEncoder(fmt, edge.plans.server_decoder.codec.sample_rate, speed)
+
+    def step(frames: np.ndarray | None) -> bytes:
+        audio = decoder.feed(frames) if frames is not None else decoder.flush()
+        data = encoder.encode(float_to_pcm16(audio).tobytes()) if audio.size else b""
+        return data + (encoder.finish() if frames is None else b"")
+
+    counts = counts if counts is not None else {}
+    counts.setdefault("frames", 0)
+    async for frames in edge.generator.stream_prepared(prepared, request_id):
+        counts["frames"] += len(frames)
+        if data := await edge.decode(step, frames):
+            yield data
+    if data := await edge.decode(step, None):
+        yield data
 
 
-# The data size a streamed WAV header carries: the length is not known when the header leaves.
-UNKNOWN_LENGTH = 0xFFFFFFFF - 36
+async def sse_events(edge: Any, prepared: Any, request_id: str, fmt: str, speed: float) -> AsyncIterator[bytes]:
+    """The audio of :func:`audio_stream` as OpenAI's speech server-sent events: ``speech.audio.delta``
+    (base64 audio) per chunk, then ``speech.audio.done`` with the usage (prompt positions in, codec frames
+    out); a failure ends the stream with an ``error`` event."""
+    counts: dict[str, int] = {}
+    try:
+        async for chunk in audio_stream(edge, prepared, request_id, fmt, speed, counts):
+            yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode("ascii")})
+    except Exception as error:
+        yield _event({"type": "error", "error": {"message": public_error(error)}})
+        return
+    tokens_in, tokens_out = len(prepared.prompt_ids), counts["frames"]
+    usage = {"input_tokens": tokens_in, "output_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
+    yield _event({"type": "speech.audio.done", "usage": usage})
 
 
-def wav_header(data_bytes: int, sample_rate: int) -> bytes:
-    """A 16-bit mono WAV header; ``data_bytes`` :data:`UNKNOWN_LENGTH` marks a stream of unknown length."""
-    return (
-        b"RIFF"
-        + struct.pack("<I", min(36 + data_bytes, 0xFFFFFFFF))
-        + b"WAVEfmt "
-        + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
-        + b"data"
-        + struct.pack("<I", data_bytes)
-    )
+def _event(payload: dict) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
-async def with_wav_header(pcm: AsyncIterator[bytes], sample_rate: int) -> AsyncIterator[bytes]:
-    """``pcm`` behind a WAV header of unknown length (a streamed ``response_format: wav``)."""
-    yield wav_header(UNKNOWN_LENGTH, sample_rate)
-    async for chunk in pcm:
-        yield chunk
+def public_error(error: BaseException) -> str:
+    """What a client is told of a failure inside the server: its kind and our own message, never a trace."""
+    from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
+
+    if isinstance(error, SpeechRequestError):
+        return str(error)
+    logger.warning("speech request failed: %s: %s", type(error).__name__, error)
+    return f"the server failed while speaking ({type(error).__name__}); the server log has the details"

@@ -22,6 +22,7 @@ from pathlib import Path
 from vllm.entrypoints.cli.serve import ServeSubcommand
 
 from vllm_omni.edge.progress import progress_printer
+from vllm_omni.entrypoints.speech_limits import SpeechLimits, add_limit_arguments
 from vllm_omni.model_executor.models.qwen3_tts.engine_settings import SETTING_NAMES, talker_engine_args
 
 GENERAL_PLUGIN = "qwen3_tts_talker"
@@ -65,6 +66,7 @@ class OmniServeSubcommand(ServeSubcommand):
             default=DEFAULT_ARTIFACTS,
             help="directory of the plans, one folder per class; missing plans are built at start-up",
         )
+        add_limit_arguments(parser.add_argument_group("vLLM-Omni speech limits (per request and WebSocket)"))
         return parser
 
     def validate(self, args: argparse.Namespace) -> None:
@@ -77,6 +79,11 @@ class OmniServeSubcommand(ServeSubcommand):
             args.edge_classes = parse_classes(args.edge_hardware) if args.edge_hardware else []
         except EdgeError as error:
             print(f"error: --edge-hardware: {error}", file=sys.stderr)
+            raise SystemExit(2) from None
+        try:
+            SpeechLimits.from_args(args)
+        except ValueError as error:
+            print(f"error: --speech-*: {error}", file=sys.stderr)
             raise SystemExit(2) from None
 
     @staticmethod

@@ -1,0 +1,83 @@
+"""HTTP plumbing of the speech routes: a body read within its limit, work that stops when its client
+leaves, conditional GETs, OpenAI's error body."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from .speech_api import SpeechApiError
+
+# A body over the limit is still read (and dropped) up to this size, so the client can read the 413 rather
+# than a connection reset mid-upload; past it the connection is cut.
+DRAIN_BYTES = 64 << 20
+
+
+async def read_body(request: Any, limit: int) -> bytes:
+    """The request body, refused (413) when over ``limit`` bytes, by its ``Content-Length`` or as it
+    arrives; nothing over the limit is kept (up to :data:`DRAIN_BYTES` is read and dropped)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and not declared.isdigit():
+        raise SpeechApiError(400, f"Content-Length {declared!r} is not a byte count")
+    chunks: list[bytes] = []
+    size = 0
+    if declared is None or int(declared) <= DRAIN_BYTES:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size <= limit:
+                chunks.append(chunk)
+            elif chunks:
+                chunks.clear()  # over the limit: the rest is read and dropped
+            if size > DRAIN_BYTES:
+                break
+    if size > limit or (declared is not None and int(declared) > limit):
+        shown = declared if declared is not None else f"over {limit}"
+        raise SpeechApiError(
+            413, f"the body is {shown} bytes; this server takes at most {limit} (--speech-max-body-bytes)"
+        )
+    return b"".join(chunks)
+
+
+async def collect_unless_disconnected(request: Any, body: AsyncIterator[bytes]) -> bytes | None:
+    """All of ``body``, or ``None`` as soon as the client disconnects: the body's generator is cancelled
+    then, which aborts its engine request (nobody will receive the audio)."""
+
+    async def collect() -> bytes:
+        return b"".join([chunk async for chunk in body])
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    work, watch = asyncio.create_task(collect()), asyncio.create_task(disconnected())
+    try:
+        done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (work, watch):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(work, watch, return_exceptions=True)
+    if work in done:
+        return work.result()
+    await body.aclose()
+    return None
+
+
+def not_modified(request: Any, etag: str) -> bool:
+    """Whether ``If-None-Match`` names ``etag`` (quoted) or is ``*``: the client's copy is current."""
+    given = request.headers.get("if-none-match")
+    if not given:
+        return False
+    tags = {tag.strip().removeprefix("W/") for tag in given.split(",")}
+    return "*" in tags or etag in tags
+
+
+def error_response(status: int, message: str) -> Any:
+    """OpenAI's error body: ``{"error": {"message", "type", "code"}}``."""
+    from fastapi.responses import JSONResponse
+
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    if status == 404:
+        kind = "not_found_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)

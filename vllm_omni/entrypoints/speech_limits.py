@@ -1,0 +1,66 @@
+"""What one client may ask of the speech routes: sizes, WebSocket times and queued text, decode threads.
+
+Every limit is checked before the text reaches the tokenizer or the engine, and each has a ``vllm serve``
+flag (:func:`add_limit_arguments`); ``docs/serving/serve.md`` lists them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class SpeechLimits:
+    """The limits of one server. Text lengths are in characters (OpenAI caps ``input`` at 4096)."""
+
+    max_body_bytes: int = 1 << 20  # a POST body, and one WebSocket message
+    max_input_chars: int = 4096  # ``input`` of one request; one WebSocket text piece
+    max_instructions_chars: int = 4096
+    socket_idle_s: float = 60.0  # a WebSocket with nothing to say and no message from its client
+    socket_max_s: float = 1800.0  # a WebSocket session, whatever it does
+    socket_max_queued_chars: int = 16384  # text a WebSocket client sent that is not spoken yet
+    decode_workers: int = 0  # server-side decode/encode threads; 0: one per CPU, at most 4
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value < 0 or (value == 0 and f.name != "decode_workers"):
+                raise ValueError(f"{f.name} must be positive, got {value}")
+
+    @property
+    def decode_threads(self) -> int:
+        return self.decode_workers or max(1, min(4, os.cpu_count() or 1))
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> SpeechLimits:
+        """The limits ``vllm serve`` was started with (defaults where a flag is absent)."""
+        given = {f.name: getattr(args, f"speech_{f.name}", None) for f in fields(cls)}
+        return cls(**{name: value for name, value in given.items() if value is not None})
+
+
+# flag (after --speech-) -> (field, type, help)
+_FLAGS = {
+    "max-body-bytes": ("max_body_bytes", int, "largest POST /v1/audio/speech body and WebSocket message"),
+    "max-input-chars": ("max_input_chars", int, "longest `input` of a request, and WebSocket text piece"),
+    "max-instructions-chars": ("max_instructions_chars", int, "longest `instructions`"),
+    "socket-idle-s": ("socket_idle_s", float, "close a speech WebSocket idle this long (nothing to speak, no message)"),
+    "socket-max-s": ("socket_max_s", float, "close a speech WebSocket session after this long"),
+    "socket-max-queued-chars": ("socket_max_queued_chars", int, "most text a WebSocket client may queue unspoken"),
+    "decode-workers": ("decode_workers", int, "threads decoding server-side PCM and encoding audio (0: auto)"),
+}
+
+
+def add_limit_arguments(group: argparse._ArgumentGroup) -> None:
+    """The ``--speech-*`` flags of ``vllm serve --omni`` (defaults: :class:`SpeechLimits`)."""
+    defaults = SpeechLimits()
+    for flag, (name, kind, text) in _FLAGS.items():
+        group.add_argument(
+            f"--speech-{flag}",
+            dest=f"speech_{name}",
+            type=kind,
+            default=None,
+            metavar="N",
+            help=f"{text} (default {getattr(defaults, name)})",
+        )
