@@ -65,3 +65,11 @@ PHONE_STEP_ARGS = ("--graph", "stateful", *STEP_ARGS)
 def phone_steps_plan(small_checkpoint, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("plans") / "npu_phone_stateful"
     return _build_plan(small_checkpoint, out, "npu_phone", *PHONE_STEP_ARGS)
+
+
+@pytest.fixture(scope="session")
+def near_silent_checkpoint(tmp_path_factory) -> Path:
+    """A small random checkpoint whose decode has RMS about 1e-8 (:mod:`vllm_omni.edge.testing.near_silent`)."""
+    from vllm_omni.edge.testing.near_silent import write_near_silent_checkpoint
+
+    return write_near_silent_checkpoint(tmp_path_factory.mktemp("ckpt") / "near_silent")

@@ -13,11 +13,12 @@ import pytest
 from vllm_omni.entrypoints.speech_audio import (
     AUDIO_FORMATS,
     SPEED_RANGE,
+    UNKNOWN_LENGTH,
     AudioEncoder,
     AudioFormatError,
     atempo_factors,
+    wav_header,
 )
-from vllm_omni.entrypoints.speech_audio import UNKNOWN_LENGTH, wav_header
 
 pytestmark = pytest.mark.vllm
 

@@ -61,6 +61,26 @@ def file_matches(path: str | os.PathLike[str], size_bytes: Any, sha256: Any) -> 
     return check_file(path, size_bytes, sha256) is None
 
 
+def directory_problem(directory: str | os.PathLike[str]) -> str | None:
+    """Why files cannot be written into ``directory`` (creating it first if need be), or ``None`` when they can.
+
+    For the commands' up-front checks of an output path, so that one under a file, or in a directory
+    this process may not write, is one clear error before any work instead of an ``OSError`` half way.
+    Creates nothing: ``directory``, or the nearest ancestor that exists (it would be created under that
+    one), must be a directory this process may write into and enter.
+    """
+    directory = Path(directory)
+    existing = directory
+    while not os.path.lexists(existing) and existing.parent != existing:
+        existing = existing.parent
+    below = "" if existing == directory else ", so nothing can be created under it"
+    if not existing.is_dir():
+        return f"{existing} is {'a file, ' if existing.is_file() else ''}not a directory{below}"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"the directory {existing} is not writable{below}"
+    return None
+
+
 def write_atomically(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> Path:
     """Call ``write(temporary)`` and rename the temporary file to ``path`` only if it returns.
 

@@ -21,6 +21,7 @@ CLOSE_NOT_SERVED = 4404
 CLOSE_TIMEOUT = 4408
 CLOSE_TOO_MUCH_QUEUED = 4413
 CLOSE_NOT_READY = 4503
+SLACK_S = 0.05  # how early a deadline may wake the socket's wait
 MAX_REASON_BYTES = 123  # RFC 6455: a close reason fits in 123 bytes of UTF-8
 
 
@@ -176,14 +177,16 @@ class SpeechSocket:
                 )
                 if speaker in done and receive not in done:
                     return
-                if not done:
-                    if time.monotonic() - self.started >= limits.socket_max_s:
+                if not done:  # a deadline (asyncio may wake a little early: SLACK_S)
+                    now = time.monotonic()
+                    if now - self.started >= limits.socket_max_s - SLACK_S:
                         await self.close(CLOSE_TIMEOUT, f"the session is over its {limits.socket_max_s:g} s limit")
-                    if not self.speaking and self.segments.empty():
-                        await self.close(
-                            CLOSE_TIMEOUT, f"idle for {limits.socket_idle_s:g} s: send text, flush, end or cancel"
-                        )
-                    last_message = time.monotonic()  # still speaking: the client is listening, not idle
+                    if now - last_message >= limits.socket_idle_s - SLACK_S:
+                        if not self.speaking and self.segments.empty():
+                            await self.close(
+                                CLOSE_TIMEOUT, f"idle for {limits.socket_idle_s:g} s: send text, flush, end or cancel"
+                            )
+                        last_message = now  # still speaking: the client is listening, not idle
                     continue
                 message, receive = receive.result(), None
                 last_message = time.monotonic()

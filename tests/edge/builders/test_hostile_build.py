@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from vllm_omni.edge.builders import windowed as windowed_build
 from vllm_omni.edge.builders.state import BuildState
 from vllm_omni.edge.builders.windowed import WindowedExportRequest, export_windowed_programs
+from vllm_omni.edge.cli.export import main as export_main
 from vllm_omni.edge.cli.main import main as edge_main
 from vllm_omni.edge.errors import EdgeExportError
 from vllm_omni.edge.files import remove_partial_files
@@ -27,6 +29,39 @@ def test_build_out_naming_a_file_is_a_usage_error(small_checkpoint, tmp_path, ca
     target.write_text("mine")
     code = edge_main(["build", "--hardware", "cpu_x86_64", "--model", str(small_checkpoint), "--out", str(target)])
     assert code == 2 and "is a file" in one_error_line(capsys) and target.read_text() == "mine"
+
+
+@pytest.mark.parametrize("below", ["sub", "sub/deeper"])
+def test_build_and_export_out_under_a_file_are_one_usage_error_line_at_once(small_checkpoint, tmp_path, capsys, below):
+    """Issue 26: a path under a file was a NotADirectoryError traceback (after the checkpoint was read)."""
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("mine")
+    out = str(blocker / below)
+    commands = {
+        "build": lambda: edge_main(
+            ["build", "--hardware", "cpu_x86_64", "--model", str(small_checkpoint), "--out", out]
+        ),
+        "export": lambda: export_main(
+            ["--model", str(small_checkpoint), "--out-dir", out, "--backend", "torch_export"]
+        ),
+    }
+    for name, command in commands.items():
+        started = time.perf_counter()
+        assert command() == 2, name
+        line = one_error_line(capsys)
+        assert f"{blocker} is a file, not a directory" in line and out in line, line
+        assert time.perf_counter() - started < 5 and blocker.read_text() == "mine"
+
+
+def test_build_out_in_a_read_only_directory_is_one_usage_error_line(small_checkpoint, tmp_path, capsys, monkeypatch):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access  # the tests may run as root, whom a chmod does not stop
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != locked and real_access(path, mode))
+    command = ["build", "--hardware", "cpu_x86_64", "--model", str(small_checkpoint), "--out", str(locked / "p")]
+    assert edge_main(command) == 2
+    assert f"the directory {locked} is not writable" in one_error_line(capsys)
+    assert not (locked / "p").exists()
 
 
 @pytest.mark.parametrize(

@@ -129,3 +129,51 @@ def test_a_dynamic_graph_compiles_once_for_both_step_sizes_and_both_roles_name_i
     assert plan.artifacts["first"].file == plan.artifacts["main"].file == "step_b2_b4.rknn"
     assert (plan.step_contract("first").step_frames, plan.step_contract("main").step_frames) == (2, 4)
     assert plan.build["dynamic_input"] == {"step_b2_b4.rknn": [2, 4]} and result.plan_path.is_file()
+
+
+def test_the_simulator_gate_judges_a_near_silent_decode_against_full_scale(
+    near_silent_checkpoint, small_decoder, tmp_path, monkeypatch
+):
+    """Issue 26, the fp16 gate without the toolkit: the "simulator" is onnxruntime plus noise of a set RMS.
+
+    Against a decode of RMS ~1e-8, noise at 1e-4 (about -70 dBFS peak) is far under the -40 dBFS that a
+    full-scale signal at the 40 dB bar may carry: it passes though its SNR is negative. Noise at 0.05
+    fails against it, and noise at 1e-2 fails against a loud decode (about 17 dB SNR).
+    """
+    import numpy as np
+
+    from vllm_omni.edge.backends.onnx import export_step_onnx, graph_contract
+    from vllm_omni.edge.backends.onnxruntime import OnnxStepGraph
+    from vllm_omni.edge.builders import rknn_convert
+    from vllm_omni.edge.checkpoint import load_code2wav_decoder
+
+    noise = {"rms": 0.0}
+
+    class NoisySimulator:
+        def __init__(self, path, contract, target, engine=None):
+            self.onnxruntime = OnnxStepGraph(path).runner(contract.step_frames)
+            self.rng = np.random.default_rng(0)
+
+        def run(self, codes, freqs, cache_valid, cache):
+            audio, cache = self.onnxruntime.run(codes, freqs, cache_valid, cache)
+            return audio + (noise["rms"] * self.rng.standard_normal(audio.shape)).astype(np.float32), cache
+
+    monkeypatch.setattr(rknn_convert, "RknnSimulatorStepRunner", NoisySimulator)
+    monkeypatch.setattr(rknn_convert, "analyse_accuracy", lambda *_: {})
+    request = rknn_convert.ConvertRequest(output=tmp_path / "x.rknn", check_steps=4)
+
+    def check(decoder, name: str, rms: float) -> dict:
+        graph = export_step_onnx(decoder, 4, tmp_path / f"{name}.onnx")
+        noise["rms"] = rms
+        return rknn_convert.simulator_check(
+            request, {"main": graph}, {"main": graph_contract(graph)}, {"main": None}, decoder
+        )
+
+    near_silent = load_code2wav_decoder(near_silent_checkpoint)
+    passed = check(near_silent, "near_silent", 1e-4)
+    assert passed["passed"] and passed["snr_db_vs_full_decode"] < 0 and passed["max_abs_diff"] < 1e-3
+    assert "dBFS" in passed["verdict"] and "passed" in passed["verdict"]
+    loud_noise = check(near_silent, "near_silent", 0.05)
+    assert not loud_noise["passed"] and "MISSED" in loud_noise["verdict"]
+    loud = check(small_decoder, "loud", 1e-2)
+    assert not loud["passed"] and 10 < loud["snr_db_vs_full_decode"] < 25 and loud["max_abs_diff"] > 1e-2

@@ -201,6 +201,16 @@ def test_outputs_that_cannot_or_must_not_be_written_are_refused_before_decoding(
         "is a directory": ["--out", str(tmp_path / "dir")],
         "--report": ["--out", str(tmp_path / "a.wav"), "--report", str(tmp_path / "dir")],
         "exists and is not a WAV file": ["--out", str(notes)],
+        f"--out {notes / 'sub' / 'a.wav'} cannot be written: {notes} is a file": [
+            "--out",
+            str(notes / "sub" / "a.wav"),
+        ],
+        f"--report {notes / 'sub' / 'r.json'} cannot be written": [
+            "--out",
+            str(tmp_path / "a.wav"),
+            "--report",
+            str(notes / "sub" / "r.json"),
+        ],
     }
     for message, extra in cases.items():
         started = time.perf_counter()

@@ -71,3 +71,15 @@ def test_an_unreadable_codes_file_is_one_error_line(cpu_plan, tmp_path, capsys):
         assert record(cpu_plan, tmp_path / "bad.npy", tmp_path / "r.qcs") == 1
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ")
+
+
+def test_an_out_under_a_file_is_a_usage_error_and_a_missing_directory_is_made(cpu_plan, codes, tmp_path, capsys):
+    """Issue 26: ``--out FILE/sub`` was found only when writing, after the plan and codes were read."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    assert record(cpu_plan, codes, notes / "r.qcs") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{notes} is a file, not a directory" in err[0], err
+    assert notes.read_text() == "mine"
+    assert record(cpu_plan, codes, tmp_path / "new" / "dir" / "r.qcs") == 0
+    assert (tmp_path / "new" / "dir" / "r.qcs").is_file()

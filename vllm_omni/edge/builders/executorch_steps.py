@@ -79,17 +79,17 @@ def check_step_program(
     checks = {"main": (frames, check_step_runners(decoder, main, frames=frames, label=f"{main.path}:step main"))}
     if "first" in runners:
         frames += runners["first"].contract.step_frames
-        snr = check_step_runners(decoder, main, runners["first"], frames=frames, label=f"{main.path}:first + main")
-        checks["first"] = (frames, snr)
+        match = check_step_runners(decoder, main, runners["first"], frames=frames, label=f"{main.path}:first + main")
+        checks["first"] = (frames, match)
     return {
         role: {
             "runtime": "executorch",
             "against": "full decode",
             "schedule": "first + main steps, padded flush" if role == "first" else "main steps, padded flush",
             "frames": frames,
-            "snr_db": snr,
+            **match.to_json(),
         }
-        for role, (frames, snr) in checks.items()
+        for role, (frames, match) in checks.items()
     }
 
 
@@ -138,7 +138,7 @@ def build_executorch_steps(hardware_class: HardwareClass, request: BuildRequest)
         for role, check in checks.items():
             request.progress(
                 f"{role} {step_method(sizes[role])}: ExecuTorch stepwise ({check['schedule']}, {check['frames']} "
-                f"frames) vs full decode {check['snr_db']:.1f} dB"
+                f"frames) vs full decode: SNR {check['snr_db']:.1f} dB, max abs {check['max_abs_diff']:.3g}"
             )
     if record is None:
         state.record(path.name, {"sha256": file_sha256(path), "size_bytes": path.stat().st_size, "ops": ops})

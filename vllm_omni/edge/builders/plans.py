@@ -51,9 +51,11 @@ def build_onnx_steps(hardware_class: HardwareClass, request: BuildRequest) -> Ex
         role: StepArtifact(
             path=path,
             contract=contract,
-            verification=None if snr is None else {"runtime": "onnxruntime", "against": "full decode", "snr_db": snr},
+            verification=None
+            if check is None
+            else {"runtime": "onnxruntime", "against": "full decode", **check.to_json()},
         )
-        for role, (path, contract, snr) in graphs.items()
+        for role, (path, contract, check) in graphs.items()
     }
     plan = stateful_plan(
         hardware_class=hardware_class.name,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EdgeExportError
-from ..files import json_schema_of
+from ..files import directory_problem, json_schema_of
 from ..hardware.registry import HardwareClass
 from ..plan.manifest import MANIFEST_NAME, MANIFEST_SCHEMA
 from ..plan.model import DEFAULT_DEVICE_DIR, PLAN_NAME
@@ -56,15 +56,16 @@ OWN_FILES = {PLAN_NAME: PLAN_SCHEMA, MANIFEST_NAME: MANIFEST_SCHEMA}
 def check_out_dir(out_dir: str | Path, force: bool = False) -> None:
     """Raise :class:`BuildArgumentError` unless a build may write into ``out_dir``.
 
-    ``out_dir`` must be a directory (or not exist yet); an ``exec_plan.json`` or ``manifest.json``
-    already in it must be one this tool wrote (its ``schema``), or ``force`` must be set: a build
-    never replaces someone else's file of the same name.
+    ``out_dir`` must be a writable directory, or one that can be created (not under a file); an
+    ``exec_plan.json`` or ``manifest.json`` already in it must be one this tool wrote (its ``schema``),
+    or ``force`` must be set: a build never replaces someone else's file of the same name.
     """
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
+    problem = directory_problem(out_dir)
+    if problem:
         raise BuildArgumentError(
-            f"the output directory {out_dir} is a file; a build writes a directory (artifacts + {PLAN_NAME}): "
-            "name a directory"
+            f"cannot write the output directory {out_dir}: {problem}; a build writes a directory (artifacts + "
+            f"{PLAN_NAME}): name another one"
         )
     if force:
         return

@@ -43,6 +43,7 @@ from ..client import DEFAULT_CACHE_DIR, EdgeClient, fetch_plan, open_stream
 from ..client.server import open_speech_stream, plan_url, use_api_key
 from ..client.transport import NETWORK_TIMEOUT_S
 from ..errors import EdgeError
+from ..files import directory_problem
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,8 +108,9 @@ def check_outputs(args: argparse.Namespace) -> str | None:
             return f"{flag} {path} is a directory; name a file"
         if any(_same_file(path, source) or path.resolve() == source.resolve() for source in inputs):
             return f"{flag} {path} is an input of this run; it would be overwritten"
-        if path.parent.exists() and not path.parent.is_dir():
-            return f"{flag} {path}: {path.parent} is not a directory"
+        problem = directory_problem(path.parent)
+        if problem:
+            return f"{flag} {path} cannot be written: {problem}"
         if path.exists() and not args.force and not _looks_like(path, kind):
             what = "a WAV file" if kind == "wav" else "a JSON report"
             return f"{flag} {path} exists and is not {what}; pass --force to replace it"

@@ -4,7 +4,8 @@
 prints one line per message of a recording. Exit codes: 0 done, 1 unreadable or invalid input
 (codes that are not integers in range, a bad plan or recording), 2 bad arguments (a size below 1
 or over the stream's limit, ``--out`` naming an input, an existing file that is not a recording
-without ``--force``). ``--out`` is written atomically: a failure leaves nothing behind.
+without ``--force``, a path under a file or in a read-only directory). ``--out`` is written
+atomically, its directory made if need be: a failure leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import EdgeError
-from ..files import write_atomically
+from ..files import directory_problem, write_atomically
 from ..plan.model import PLAN_NAME, ExecPlan
 from ..stream import PACKINGS, RECORDING_MAGIC, FrameBatch, StreamStart, encode_recording, iter_events, message_batches
 from .types import positive_int, same_file
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             if batches:
                 batches[-1] = (batches[-1][0], {"end_of_stream": True})
             data = encode_recording(start, batches)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(args.out, lambda temporary: temporary.write_bytes(data))
             print(f"{args.out}: {len(codes)} frames in {len(batches)} messages, {len(data)} bytes")
             return 0
@@ -84,6 +86,9 @@ def _check_record_arguments(args: argparse.Namespace) -> str | None:
         return f"--out {out} is an input of this run; it would be overwritten"
     if out.is_dir():
         return f"--out {out} is a directory; name a file"
+    problem = directory_problem(out.parent)
+    if problem:
+        return f"--out {out} cannot be written: {problem}"
     if out.exists() and not args.force:
         try:
             with open(out, "rb") as handle:

@@ -216,6 +216,8 @@ class ExecPlan:
                 shape = f"{contract['context_frames']}+{contract['chunk_frames']} frames"
             check = artifact.verification or {}
             verdict = f", {check['snr_db']:.1f} dB" if isinstance(check.get("snr_db"), (int, float)) else ""
+            if verdict and isinstance(check.get("max_abs_diff"), (int, float)):  # a near-silent decode's low SNR
+                verdict += f" (max abs {check['max_abs_diff']:.2g})"
             where = artifact.file + (f":{artifact.method}" if artifact.method else "")
             lines.append(
                 f"  {role:<16} {where:<28} {shape:<20} {artifact.size_bytes / 1e6:8.1f} MB "
