@@ -4,7 +4,7 @@ PY := .venv/bin/python
 VLLM_TESTS := tests/entrypoints tests/model_executor/models/qwen3_tts/test_talker.py \
 	tests/model_executor/models/qwen3_tts/test_talker_gpu.py tests/examples
 
-.PHONY: setup setup-oracle setup-rknn setup-vllm demo test test-vllm lint bench bench-stateful bench-talker bench-serve bench-rknn clean
+.PHONY: setup setup-oracle setup-rknn setup-vllm demo test test-vllm lint bench bench-stateful bench-talker bench-serve bench-serve-load bench-rknn clean
 
 setup:
 	@tools/setup_venv.sh .venv requirements/dev.txt --editable
@@ -70,6 +70,11 @@ bench-talker: setup setup-oracle setup-vllm
 # A loopback `vllm serve --omni` server: codec streams decoded on the client vs server-side PCM, 1/4/8 streams.
 bench-serve: setup-vllm
 	.venv-vllm/bin/python benchmarks/bench_serve.py --out out/bench
+
+# The same server under a bounded load (64 codec streams, 16 clients that leave, 4 WebSockets, an 8 MB and a
+# deeply nested body, /health polled): frames vs references, /health latency, drain, API-server RSS. Exit 1 on a miss.
+bench-serve-load: setup-vllm
+	.venv-vllm/bin/python benchmarks/bench_serve_load.py --out out/bench
 
 # Released-geometry RKNN builds (rk3588, rk3576; B=2+16, 64): REGTASK count, compile cost, 20-step simulator SNR.
 # Minutes and several GB per row: run it under the shared lock (flock /work/heavy.lock make bench-rknn).

@@ -44,12 +44,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(checkpoint: Path, artifacts: Path, log: Path) -> tuple[subprocess.Popen, str]:
+def start_server(
+    checkpoint: Path, artifacts: Path, log: Path, extra_args: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen, str]:
+    """``vllm serve`` on a free loopback port (``extra_args`` appended), once ``/health`` answers."""
     port = free_port()
     command = [str(Path(sys.executable).parent / "vllm"), "serve", str(checkpoint), "--omni"]
     command += ["--edge-hardware", "cpu_x86_64", "--edge-artifacts", str(artifacts), "--host", "127.0.0.1"]
     command += ["--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024"]
-    command += ["--block-size", "32", "--gpu-memory-utilization", "0.3"]
+    command += ["--block-size", "32", "--kv-cache-memory-bytes", "256M"]  # docs/serving/serve.md: CPU memory
+    command += list(extra_args)
     with open(log, "wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -33,7 +33,7 @@ def main() -> None:
     server = subprocess.Popen([
         str(bin_dir / "vllm"), "serve", args.model, "--omni", "--edge-hardware", "cpu_x86_64",
         "--edge-artifacts", args.artifacts, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-        "--enforce-eager", "--max-model-len", "1024", "--block-size", "32", "--gpu-memory-utilization", "0.3",
+        "--enforce-eager", "--max-model-len", "1024", "--block-size", "32", "--kv-cache-memory-bytes", "256M",
     ])  # fmt: skip
     try:
         for _ in range(300):  # up to 10 minutes: plans are built before the engine starts

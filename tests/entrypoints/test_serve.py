@@ -32,6 +32,11 @@ pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/confte
 KEY = "test-key-123"
 SERVE_ARGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "512", "--block-size", "32"]
 SERVE_ARGS += ["--gpu-memory-utilization", "0.3", "--kv-cache-memory-bytes", str(64 << 20)]
+# Both OpenAI's model name and ours are served; short WebSocket limits, so the tests can reach them.
+SERVED_NAMES = ["qwen3-tts", "tts-1"]
+LIMITS = {"socket-idle-s": 3, "socket-max-s": 25, "socket-max-queued-chars": 2000, "max-instructions-chars": 500}
+SERVE_ARGS += ["--served-model-name", *SERVED_NAMES]
+SERVE_ARGS += [arg for name, value in LIMITS.items() for arg in (f"--speech-{name}", str(value))]
 HELLO = {"input": "Hello there, this is a test.", "voice": "Ryan", "language": "English", "greedy": True}
 OTHER = {"input": "Good morning, how are you?", "voice": "Vivian", "language": "Auto", "greedy": True}
 
@@ -333,7 +338,9 @@ def test_websocket_refusals_and_cancel(server):
     with pytest.raises(InvalidStatus) as refused:
         socket_messages(server, [start], key="wrong")
     assert refused.value.response.status_code == 401
-    assert socket_messages(server, ["not json"])[1:] == (4400, "expected a JSON text message with a string 'type'")
+    code, reason = socket_messages(server, ["not json"])[1:]
+    assert code == 4400 and reason.startswith("the message is not JSON")
+    assert socket_messages(server, ["[1]"])[1:] == (4400, "expected a JSON text message with a string 'type'")
     code, reason = socket_messages(server, [{"type": "text", "text": "hi"}])[1:]
     assert code == 4400 and "must be type 'start'" in reason
     code, reason = socket_messages(server, [{**start, "edge_hardware": "npu_phone"}])[1:]
@@ -350,3 +357,200 @@ def test_websocket_refusals_and_cancel(server):
     while running_requests(server) > 0:
         assert time.monotonic() < deadline, "the cancelled request kept running in the engine"
         time.sleep(0.5)
+
+
+def openai_client(server):
+    from openai import OpenAI
+
+    return OpenAI(base_url=server.url + "/v1", api_key=KEY, timeout=120, max_retries=0)
+
+
+def decoded(data: bytes) -> tuple[str, np.ndarray]:
+    """The codec name of an encoded body and its samples (int16, first channel), decoded with PyAV."""
+    import av
+
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        samples = [frame.to_ndarray().reshape(-1) for frame in container.decode(stream)]
+        name = stream.codec_context.name
+    return name, np.concatenate(samples) if samples else np.zeros(0)
+
+
+SAY = {"language": "English", "greedy": True, "max_frames": 30}
+
+
+def test_openai_sdk_gets_mp3_by_default_then_opus_flac_pcm_and_sse(server, offline_frames, talker_checkpoint):
+    """OpenAI's own calls, unmodified: create() without response_format is MP3 (OpenAI's default)."""
+    from openai._streaming import SSEDecoder
+
+    client = openai_client(server)
+    speech = client.audio.speech
+    kwargs = {"model": "tts-1", "voice": "Ryan", "input": HELLO["input"], "extra_body": SAY}
+    mp3 = speech.create(**kwargs).content
+    assert decoded(mp3)[0] in ("mp3", "mp3float")
+    assert decoded(speech.create(**kwargs, response_format="opus").content)[0] == "opus"
+    flac = speech.create(**kwargs, response_format="flac").content
+    with server.request("/v1/audio/speech", {**HELLO, **SAY, "response_format": "wav"}) as response:
+        wav = response.read()
+    with wave.open(io.BytesIO(wav)) as handle:
+        exact = np.frombuffer(handle.readframes(handle.getnframes()), dtype="<i2")
+    name, samples = decoded(flac)
+    assert name == "flac" and np.array_equal(samples, exact)  # lossless: the exact decode, sample for sample
+    with speech.with_streaming_response.create(**kwargs, response_format="pcm") as response:
+        pcm = b"".join(response.iter_bytes())
+    assert np.array_equal(np.frombuffer(pcm, dtype="<i2"), exact)
+
+    events = list(
+        SSEDecoder().iter_bytes(speech.create(**kwargs, response_format="pcm", stream_format="sse").iter_bytes())
+    )
+    payloads = [json.loads(event.data) for event in events]
+    assert [p["type"] for p in payloads] == ["speech.audio.delta"] * (len(payloads) - 1) + ["speech.audio.done"]
+    import base64
+
+    streamed = b"".join(base64.b64decode(p["audio"]) for p in payloads[:-1])
+    assert streamed == pcm
+    assert payloads[-1]["usage"]["output_tokens"] == len(offline_frames["hello"])
+
+
+def test_speed_stretches_server_audio_and_is_refused_for_codec(server):
+    with server.request("/v1/audio/speech", {**HELLO, **SAY, "response_format": "pcm"}) as response:
+        normal = len(response.read()) // 2
+    with server.request("/v1/audio/speech", {**HELLO, **SAY, "response_format": "pcm", "speed": 2.0}) as response:
+        fast = len(response.read()) // 2
+    assert fast == round(normal / 2.0)
+    codec = {**HELLO, **SAY, "response_format": "codec", "edge_hardware": "cpu_x86_64"}
+    status, message = server.error("/v1/audio/speech", {**codec, "speed": 1.5})
+    assert status == 400 and "decoded on the device" in message
+    status, message = server.error("/v1/audio/speech", {**codec, "stream_format": "sse"})
+    assert status == 400 and "stream_format audio" in message
+
+
+def test_limits_and_hostile_bodies_get_our_errors_before_tokenization(server):
+    """Each refusal is a 4xx with a message of ours (no vLLM or tokenizer internals), and the server stays up."""
+    host, port = server.url.removeprefix("http://").split(":")
+
+    def raw(body: bytes) -> tuple[int, str]:
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+        connection.request("POST", "/v1/audio/speech", body, headers)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())["error"]["message"]
+
+    status, message = raw(b'{"input": "' + b"a" * (8 << 20) + b'"}')
+    assert status == 413 and "at most 1048576" in message
+    status, message = raw(b'{"input":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    assert status == 400 and "nested too deeply" in message
+    status, message = raw(b'{"input": "hi \\ud800", "voice": "Ryan"}')
+    assert status == 400 and "lone surrogate" in message
+    status, message = server.error("/v1/audio/speech", {**HELLO, "input": "word " * 1000})
+    assert status == 400 and "at most 4096" in message
+    status, message = server.error("/v1/audio/speech", {**HELLO, "instructions": "x" * 501})
+    assert status == 400 and "at most 500" in message
+    status, message = server.error("/v1/audio/speech", {**HELLO, "seed": 2**70})
+    assert status == 400 and "seed must be an integer" in message and "extra_args" not in message
+    status, message = server.error("/v1/audio/speech", {**HELLO, "speed": 5})
+    assert status == 400 and "[0.25, 4.0]" in message
+    status, message = server.error("/v1/audio/speech", {**HELLO, "model": "gpt-4o-mini-tts"})
+    assert status == 404 and "served: qwen3-tts, tts-1" in message
+    with server.request("/health") as response:
+        assert response.status == 200
+
+
+def test_a_non_streamed_response_stops_when_its_client_leaves(server):
+    """The OpenAI SDK's default create() and every client timeout take this path: the engine must let go."""
+    host, port = server.url.removeprefix("http://").split(":")
+    body = json.dumps({**HELLO, "max_frames": 400, "response_format": "pcm"}).encode()
+    clients = []
+    for _ in range(4):
+        client = socket.create_connection((host, int(port)), timeout=30)
+        head = f"POST /v1/audio/speech HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {KEY}\r\n"
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        client.sendall(head.encode() + body)
+        clients.append(client)
+    deadline = time.monotonic() + 60
+    while running_requests(server) < 4:
+        assert time.monotonic() < deadline, "the requests did not start"
+        time.sleep(0.1)
+    for client in clients:
+        client.close()
+    deadline = time.monotonic() + 30
+    while running_requests(server) > 0:
+        assert time.monotonic() < deadline, "the engine kept generating for clients that left"
+        time.sleep(0.2)
+
+
+def test_voices_head_304_and_text_routes(server, talker_checkpoint):
+    from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import Qwen3TTSConfig
+
+    with server.request("/v1/audio/voices") as response:
+        voices = json.loads(response.read())["voices"]
+    config = Qwen3TTSConfig.from_pretrained(talker_checkpoint)
+    assert [v["name"] for v in voices] == list(config.supported_speakers)
+    plan = ExecPlan.load(server.artifacts / "cpu_x86_64")
+    artifact = next(iter(plan.artifacts.values()))
+    for path, etag in (
+        ("/v1/edge/plans/cpu_x86_64", f'"{plan.plan_id}"'),
+        (f"/v1/edge/plans/cpu_x86_64/artifacts/{artifact.file}", f'"{artifact.sha256}"'),
+    ):
+        request = urllib.request.Request(server.url + path, method="HEAD", headers={"Authorization": f"Bearer {KEY}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert response.status == 200 and response.headers["ETag"] == etag and response.read() == b""
+        with pytest.raises(urllib.error.HTTPError) as info:
+            server.request(path, headers={"If-None-Match": etag})
+        assert info.value.code == 304
+        with server.request(path, headers={"If-None-Match": '"stale"'}) as response:
+            assert response.status == 200
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"):
+        status, message = server.error(path, {"model": "tts-1", "messages": [], "prompt": "hi"})
+        assert status == 404 and "POST /v1/audio/speech" in message
+
+
+def test_codec_messages_send_the_first_frame_at_once_then_frames_per_message(server, offline_frames):
+    body = {**HELLO, "max_frames": 30, "response_format": "codec", "edge_hardware": "cpu_x86_64"}
+    for per_message in (4, 7):
+        with server.request("/v1/audio/speech", {**body, "frames_per_message": per_message}) as response:
+            events = list(iter_events(io.BytesIO(response.read())))
+        sizes = [len(e.frames) for e in events if isinstance(e, FrameBatch) and len(e.frames)]
+        total = len(offline_frames["hello"])
+        assert sizes[0] == 1 and all(size == per_message for size in sizes[1:-1]) and sum(sizes) == total
+        frames = np.concatenate([e.frames for e in events if isinstance(e, FrameBatch) and len(e.frames)])
+        np.testing.assert_array_equal(frames, offline_frames["hello"])
+
+
+def test_websocket_limits_close_with_their_reasons(server):
+    start = {"type": "start", "voice": "Ryan", "language": "English", "edge_hardware": "cpu_x86_64", "greedy": True}
+    code, reason = socket_messages(server, [start])[1:]  # then nothing: idle
+    assert code == 4408 and reason.startswith("idle for 3 s")
+    code, reason = socket_messages(server, [{**start, "max_frames": 2}, {"type": "text", "text": "a" * 5000}])[1:]
+    assert code == 4413 and "at most 4096" in reason
+    pieces = [{"type": "text", "text": "word " * 100 + "."}] * 10  # 5010 characters queued at once
+    code, reason = socket_messages(server, [{**start, "max_frames": 2}, *pieces])[1:]
+    assert code == 4413 and "the limit is 2000" in reason
+    code, reason = socket_messages(server, ['{"type":' + "[" * 100_000 + "]" * 100_000 + "}"])[1:]
+    assert code == 4400 and "nested too deeply" in reason
+    code, reason = socket_messages(server, [{**start, "voice": "v" * 200}])[1:]
+    assert code == 4400 and reason.endswith("...") and len(reason.encode()) <= 123
+
+
+def test_websocket_session_time_limit(server):
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    start = {"type": "start", "voice": "Ryan", "language": "English", "edge_hardware": "cpu_x86_64"}
+    with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}, open_timeout=60) as client:
+        client.send(json.dumps(start))
+        began = time.monotonic()
+        with pytest.raises(ConnectionClosed):
+            while time.monotonic() - began < 120:  # a client that keeps flushing is not idle, but its time runs out
+                client.send(json.dumps({"type": "flush"}))
+                time.sleep(1)
+        assert client.close_code == 4408 and "over its 25 s limit" in client.close_reason
+
+
+def test_the_server_log_has_no_traceback(server):
+    """Start-up, the hostile requests and refused handshakes above: nothing in the log but our own lines."""
+    log = server.log.read_text(errors="replace")
+    assert "speech warm-up:" in log
+    for noise in ("Traceback", "Chat template warmup failed", "without completing handshake", "Exception in ASGI"):
+        assert noise not in log, log[max(0, log.find(noise) - 2000) : log.find(noise) + 2000]

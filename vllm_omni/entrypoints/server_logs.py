@@ -3,12 +3,14 @@
 * vLLM's chat-template warm-up (``vllm.renderers.base``) fails with a traceback at every start: the
   talker's engine runs with ``skip_tokenizer_init`` (its prompts are ids built here), and the text routes
   that would render chat are replaced by 404 answers (:mod:`.edge_routes`).
+* vLLM's Anthropic ``/v1/messages`` serving warns about the chat template's system-message ordering:
+  that route is one of those replaced.
 * uvicorn logs ``ASGI callable returned without completing handshake`` after vLLM's ``--api-key``
   middleware refuses a WebSocket with a 401 denial response: the client did get its 401 (uvicorn's
   websockets implementation marks the handshake complete only on accept or close). The speech socket
   itself always accepts first, so no other source of that line is hidden.
 
-Only records with exactly these messages are dropped; everything else on those loggers passes.
+Only records whose message starts with these texts are dropped; everything else on those loggers passes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 
 _DROPPED = {
     "vllm.renderers.base": "Chat template warmup failed",
+    "vllm.entrypoints.anthropic.serving": "The chat template requires system-first ordering",
     "uvicorn.error": "ASGI callable returned without completing handshake.",
 }
 
@@ -27,7 +30,7 @@ class _DropMessage(logging.Filter):
         self.message = message
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.msg != self.message
+        return not (isinstance(record.msg, str) and record.msg.startswith(self.message))
 
 
 def quiet_known_noise() -> None:

@@ -79,14 +79,14 @@ def validation_message(error: Any) -> str:
     return f"invalid speech request: {where}: {first['msg']}"
 
 
-def parse_json(data: bytes | str) -> Any:
+def parse_json(data: bytes | str, what: str = "the body") -> Any:
     """JSON text as Python values; a :class:`SpeechApiError` (400) for anything else, deep nesting included."""
     try:
         return json.loads(data)
     except RecursionError:
-        raise SpeechApiError(400, "the body is JSON nested too deeply; a speech request is one flat object") from None
+        raise SpeechApiError(400, f"{what} is JSON nested too deeply; a speech request is one flat object") from None
     except ValueError as error:  # also UnicodeDecodeError
-        raise SpeechApiError(400, f"the body is not JSON ({type(error).__name__} at {_where(error)})") from None
+        raise SpeechApiError(400, f"{what} is not JSON ({type(error).__name__} at {_where(error)})") from None
 
 
 def _where(error: ValueError) -> str:

@@ -93,7 +93,7 @@ class SpeechSocket:
         if len(text) > limit:
             await self.close(CLOSE_TOO_BIG, f"a message of {len(text)} characters; the limit is {limit}")
         try:
-            payload = parse_json(text)
+            payload = parse_json(text, "the message")
         except SpeechApiError as error:
             await self.close(CLOSE_BAD_MESSAGE, str(error))
         if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
