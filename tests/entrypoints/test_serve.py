@@ -532,6 +532,22 @@ def test_websocket_limits_close_with_their_reasons(server):
     assert code == 4400 and reason.endswith("...") and len(reason.encode()) <= 123
 
 
+def test_a_websocket_client_that_leaves_after_end_frees_its_request(server):
+    """The speaker finds nobody to send to: the request is aborted, quietly (the log test below reads the log)."""
+    from websockets.sync.client import connect
+
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    start = {"type": "start", "voice": "Ryan", "language": "English", "edge_hardware": "cpu_x86_64", "max_frames": 400}
+    with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}, open_timeout=60) as client:
+        for message in (start, {"type": "text", "text": HELLO["input"]}, {"type": "end"}):
+            client.send(json.dumps(message))
+        client.recv(timeout=60)  # the start message: the session is speaking
+    deadline = time.monotonic() + 30
+    while running_requests(server) > 0:
+        assert time.monotonic() < deadline, "the engine kept speaking to a client that left"
+        time.sleep(0.2)
+
+
 def test_websocket_session_time_limit(server):
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
