@@ -452,6 +452,22 @@ def test_limits_and_hostile_bodies_get_our_errors_before_tokenization(server):
     assert status == 400 and "[0.25, 4.0]" in message
     status, message = server.error("/v1/audio/speech", {**HELLO, "model": "gpt-4o-mini-tts"})
     assert status == 404 and "served: qwen3-tts, tts-1" in message
+    status, message = server.error("/v1/audio/speech", {**HELLO, "greedy": False, "top_p": 2})
+    assert status == 400 and "top_p must be in (0, 1]" in message
+    status, message = raw(json.dumps({**HELLO, "temperature": float("nan")}).encode())  # JSON's NaN
+    assert status == 400 and "temperature" in message
+
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)  # chunked: no Content-Length to trust
+    connection.putrequest("POST", "/v1/audio/speech")
+    for name, value in (("Authorization", f"Bearer {KEY}"), ("Transfer-Encoding", "chunked")):
+        connection.putheader(name, value)
+    connection.endheaders()
+    piece = b"a" * 65536
+    for _ in range(32):  # 2 MiB in chunks
+        connection.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+    connection.send(b"0\r\n\r\n")
+    response = connection.getresponse()
+    assert response.status == 413 and b"at most 1048576" in response.read()
     with server.request("/health") as response:
         assert response.status == 200
 
@@ -530,6 +546,19 @@ def test_websocket_limits_close_with_their_reasons(server):
     assert code == 4400 and "nested too deeply" in reason
     code, reason = socket_messages(server, [{**start, "voice": "v" * 200}])[1:]
     assert code == 4400 and reason.endswith("...") and len(reason.encode()) <= 123
+    long = {**start, "max_frames": 400}
+    for bad, expected in (("not json", (4400, "not JSON")), (b"\x00\x01", (4400, "got binary"))):
+        messages, code, reason = socket_messages(server, [long, {"type": "text", "text": "Hello there."}, bad])
+        assert code == expected[0] and expected[1] in reason  # after start too: the session closes with its code
+        if messages:  # the stream had started: its done message carries the reason too
+            done = json.loads(messages[-1])
+            assert done["reason"] == "error" and expected[1] in done["error"]
+    messages, code, reason = socket_messages(server, [long, {"type": "text", "text": "x" * (2 << 20)}])
+    assert code == 1009 and "the limit is 1048576" in reason
+    messages, code, reason = socket_messages(
+        server, [long, {"type": "text", "text": "Hello there."}, {"type": "end"}, {"type": "cancel"}]
+    )
+    assert (code, reason) == (1000, "cancelled")  # cancel after end still stops the speech
 
 
 def test_a_websocket_client_that_leaves_after_end_frees_its_request(server):

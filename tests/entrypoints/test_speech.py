@@ -60,7 +60,8 @@ def run_official(
             "speaker": r.speaker,
             "language": r.language,
             "instruct": r.instruct,
-            "non_streaming_mode": r.non_streaming_mode,
+            # None: the model type's official default (text given whole, but for Base's voice clone)
+            "non_streaming_mode": r.non_streaming_mode if r.non_streaming_mode is not None else True,
             "max_new_tokens": frames + 1,  # N talker steps give N - 1 frames
             "greedy": True,
         }

@@ -30,6 +30,23 @@ def test_marks_inside_words_quotes_and_runs():
     assert segments_of(["Pi is 3.14 and e is 2.71 today. Next"]) == ["Pi is 3.14 and e is 2.71 today.", "Next"]
     assert segments_of(['He said "stop!" and left... Then?! ok']) == ['He said "stop!"', "and left...", "Then?!", "ok"]
     assert segments_of(["你好。今天天气很好！"]) == ["你好。", "今天天气很好！"]
+    assert segments_of(["他说：“好。”然后走了。"]) == ["他说：“好。”", "然后走了。"]
+
+
+def test_a_mark_that_ends_a_piece_waits_for_the_next_one():
+    """Token streams split numbers and abbreviations: "3" "." "14" is one number, not two sentences."""
+    assert segments_of(["Pi is 3", ".", "14 today", ".", " Next"]) == ["Pi is 3.14 today.", "Next"]
+    segmenter = TextSegmenter(4096)
+    assert segmenter.add("Hello.") == []  # not yet: the next piece says whether the sentence ended
+    assert segmenter.add(" Bye") == ["Hello."]
+    assert segmenter.flush() == "Bye"
+
+
+def test_long_runs_of_marks_cost_their_length_once():
+    segmenter = TextSegmenter(100_000)
+    for _ in range(2000):
+        assert segmenter.add("." * 8) == []
+    assert segmenter.add(" x") == ["." * 16_000]
 
 
 def test_text_without_sentence_ends_is_cut_at_whitespace_past_the_limit():

@@ -9,7 +9,9 @@ A vLLM endpoint plugin (``vllm.endpoint_plugins`` entry point ``vllm_omni_edge``
 * ``GET|HEAD /v1/edge/plans/{class}/artifacts/{name}`` (also ``.../{class}/{name}``, the plan-relative URL
   the edge client derives): an artifact, by its name in the plan only; ``Range``, ``ETag`` = sha256
   (``If-None-Match`` -> 304), ``X-Content-SHA256``.
-* ``GET /v1/audio/voices``: the checkpoint's voices.
+* ``GET /v1/audio/voices``: the checkpoint's voices; ``POST`` uploads a voice to clone (Base checkpoints,
+  JSON or multipart: ``name``, ``audio``, ``ref_text``, ``x_vector_only_mode``, ``consent``), encoded once
+  and kept on disk; ``DELETE /v1/audio/voices/{name}`` removes one (:mod:`.voice_store`).
 * ``POST /v1/audio/speech``: OpenAI's speech (body: :mod:`.speech_api`, limits: :mod:`.speech_limits`).
   ``response_format`` ``codec`` streams the codec-token wire protocol (``docs/serving/codec_stream.md``)
   for ``edge_hardware``'s plan as the talker makes frames; ``mp3`` (the default, as OpenAI's), ``opus``,
@@ -44,7 +46,8 @@ from .speech_api import (
 )
 from .speech_http import collect_unless_disconnected, error_response, not_modified, read_body
 from .speech_socket import SpeechSocket
-from .speech_streams import audio_stream, codec_stream, sse_events
+from .speech_streams import audio_stream, codec_stream, public_error, sse_events, streamed
+from .voice_store import VoiceStoreError, save_voice
 
 # vLLM's text routes (prefixes): a talker makes codec frames, so each answers 404 saying what to use.
 TEXT_ROUTES = (
@@ -60,7 +63,7 @@ TEXT_ROUTES = (
 
 
 def build_router():
-    from fastapi import APIRouter, HTTPException, Request, WebSocket
+    from fastapi import APIRouter, Request, WebSocket
     from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
     from pydantic import ValidationError
 
@@ -74,7 +77,7 @@ def build_router():
     def state(request: Request) -> EdgeServingState:
         edge = getattr(request.app.state, "omni_edge", None)
         if edge is None:
-            raise HTTPException(503, "the edge routes are not initialised (the server was not started with --omni)")
+            raise SpeechApiError(503, "the edge routes are not initialised (the server was not started with --omni)")
         return edge
 
     @router.get("/v1/edge/hardware")
@@ -100,7 +103,7 @@ def build_router():
         plan = edge.plan(name)
         files = artifact_files(plan)
         if artifact not in files:  # nothing from the request reaches the filesystem unless the plan lists it
-            raise HTTPException(404, f"{artifact!r} is not an artifact of the {name} plan; listed: {', '.join(files)}")
+            raise SpeechApiError(404, f"{artifact!r} is not an artifact of the {name} plan; listed: {', '.join(files)}")
         sha256, _size = files[artifact]
         headers = {"ETag": f'"{sha256}"', "X-Content-SHA256": sha256}
         if not_modified(request, headers["ETag"]):
@@ -116,6 +119,28 @@ def build_router():
     async def voices(request: Request):
         return JSONResponse({"voices": state(request).voices()})
 
+    @router.post("/v1/audio/voices")
+    async def upload_voice(request: Request):
+        edge = state(request)
+        try:
+            stored = await save_voice(request, edge)
+        except (SpeechApiError, VoiceStoreError) as error:
+            return error_response(error.status, str(error))
+        except SpeechRequestError as error:
+            return error_response(400, str(error))
+        return JSONResponse(stored.describe(), status_code=201)
+
+    @router.delete("/v1/audio/voices/{name}")
+    async def delete_voice(request: Request, name: str):
+        edge = state(request)
+        if edge.voice_store is None:
+            return error_response(400, "voices are uploaded to Base checkpoints; this one has only its own voices")
+        try:
+            edge.voice_store.delete(name)
+        except VoiceStoreError as error:
+            return error_response(error.status, str(error))
+        return JSONResponse({"deleted": name})
+
     async def speech_request(request: Request, edge: EdgeServingState, request_id: str):
         """The checked body and its engine inputs (tokenized off the event loop)."""
         data = parse_json(await read_body(request, edge.limits.max_body_bytes))
@@ -128,7 +153,7 @@ def build_router():
             served = ", ".join(edge.plans.published) or "none"
             raise SpeechApiError(404, f"hardware class {body.edge_hardware!r} is not served here; served: {served}")
         try:
-            return body, await edge.prepare(to_speech_request(body), request_id)
+            return body, await edge.prepare(to_speech_request(body, edge.voice_store), request_id)
         except SpeechRequestError as error:
             raise SpeechApiError(400, str(error)) from None
 
@@ -152,8 +177,11 @@ def build_router():
             return StreamingResponse(events, media_type=SSE_MEDIA_TYPE, headers=headers)
         audio = audio_stream(edge, prepared, request_id, fmt, body.speed)
         if body.stream:
-            return StreamingResponse(audio, media_type=AUDIO_FORMATS[fmt], headers=headers)
-        data = await collect_unless_disconnected(request, audio)
+            return StreamingResponse(streamed(audio), media_type=AUDIO_FORMATS[fmt], headers=headers)
+        try:
+            data = await collect_unless_disconnected(request, audio)
+        except Exception as error:  # the engine or the decoder failed: our message, logged once
+            return error_response(500, public_error(error))
         if data is None:  # the client left: nothing to answer, and the engine request is aborted
             return Response(status_code=499)
         if fmt == "wav":  # the whole body is known: a header with its true length
@@ -179,13 +207,18 @@ def build_router():
     return router
 
 
+async def api_error(request, error):
+    """A :class:`SpeechApiError` (or :class:`VoiceStoreError`) raised by a route: OpenAI's error body."""
+    return error_response(error.status, str(error))
+
+
+def is_text_route(path: str) -> bool:
+    return any(path == prefix or path.startswith(prefix + "/") for prefix in TEXT_ROUTES)
+
+
 def without_text_routes(app) -> None:
     """Drop vLLM's text-generation routes from ``app`` (the plugin's 404 answers replace them)."""
-    app.router.routes[:] = [
-        route
-        for route in app.router.routes
-        if not any(getattr(route, "path", "").startswith(prefix) for prefix in TEXT_ROUTES)
-    ]
+    app.router.routes[:] = [route for route in app.router.routes if not is_text_route(getattr(route, "path", ""))]
 
 
 class EdgeEndpointPlugin:
@@ -198,6 +231,8 @@ class EdgeEndpointPlugin:
         quiet_known_noise()
         without_text_routes(app)
         app.include_router(build_router())
+        app.add_exception_handler(SpeechApiError, api_error)
+        app.add_exception_handler(VoiceStoreError, api_error)
 
     async def init_state(self, engine_client, state, args) -> None:
         if engine_client is None:

@@ -7,7 +7,9 @@ or validated: sizes are checked, nothing is built or exported here, and no expor
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ class EdgeServingState:
     limits: SpeechLimits
     served_models: tuple[str, ...]
     warm_decoder: Any = None
+    voice_store: Any = None  # voice_store.VoiceStore (Base checkpoints)
     prompt_pool: ThreadPoolExecutor | None = None
     decode_pool: ThreadPoolExecutor | None = None
 
@@ -44,20 +47,28 @@ class EdgeServingState:
         )
 
     def plan(self, name: str):
-        """The published plan of class ``name``; an HTTP 404 naming the served classes otherwise."""
-        from fastapi import HTTPException
+        """The published plan of class ``name``; a 404 naming the served classes otherwise."""
+        from .speech_api import SpeechApiError
 
         plan = self.plans.published.get(name)
         if plan is None:
             served = ", ".join(self.plans.published) or "none"
-            raise HTTPException(404, f"hardware class {name!r} is not served here; served: {served}")
+            raise SpeechApiError(404, f"hardware class {name!r} is not served here; served: {served}")
         return plan
 
+    async def resolve_voice(self, request: Any) -> Any:
+        """``request`` with its cloned voice made (reference audio encoded on the decode pool), or as it is."""
+        if request.ref_audio is None and request.speaker_embedding is None:
+            return request
+        voice = await self.decode(self.generator.voice_prompt, request)
+        return dataclasses.replace(request, voice=voice, ref_audio=None, speaker_embedding=None)
+
     async def prepare(self, request: Any, request_id: str) -> Any:
-        """``request`` (a ``SpeechRequest``) as engine inputs, tokenized off the event loop.
+        """``request`` (a ``SpeechRequest``) as engine inputs: its voice made, then tokenized, off the event loop.
 
         Raises ``SpeechRequestError`` for a request the checkpoint cannot serve.
         """
+        request = await self.resolve_voice(request)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.prompt_pool, self.generator.build_request, request, request_id)
 
@@ -66,13 +77,12 @@ class EdgeServingState:
         return await asyncio.get_running_loop().run_in_executor(self.decode_pool, work, *args)
 
     def voices(self) -> list[dict[str, Any]]:
-        """The checkpoint's built-in speakers (a VoiceDesign checkpoint has none: ``instructions`` describe it)."""
+        """The checkpoint's built-in speakers (a VoiceDesign or Base checkpoint has none), then uploaded voices."""
         config = self.generator.config
         dialects = config.talker_config.spk_is_dialect
-        return [
-            {"name": name, "type": "builtin", "dialect": dialects.get(name.lower()) or None}
-            for name in config.supported_speakers
-        ]
+        builtin = [] if config.tts_model_type in ("voice_design", "base") else config.supported_speakers
+        rows = [{"name": name, "type": "builtin", "dialect": dialects.get(name.lower()) or None} for name in builtin]
+        return rows + [stored.describe() for stored in (self.voice_store.list() if self.voice_store else [])]
 
 
 def artifact_files(plan) -> dict[str, tuple[str, int]]:
@@ -106,7 +116,12 @@ async def load_edge_state(engine_client: Any, args: Any) -> EdgeServingState:
     generator = await asyncio.to_thread(AsyncCodecFrameGenerator.for_engine, engine_client, model)
     # A long-lived server: weights repacked once for faster steps (prepack), and kept loaded.
     warm = await asyncio.to_thread(open_decoder, plans.server_decoder, check_sha256=False, prepack=True)
-    state = EdgeServingState(plans, plan_bytes, generator, SpeechLimits.from_args(args), served_model_names(args), warm)
+    limits = SpeechLimits.from_args(args)
+    state = EdgeServingState(plans, plan_bytes, generator, limits, served_model_names(args), warm)
+    if generator.config.tts_model_type == "base":
+        from .voice_store import VoiceStore
+
+        state.voice_store = VoiceStore(Path(args.edge_artifacts) / "voices")
     await warm_up(state)
     return state
 
@@ -120,17 +135,20 @@ async def warm_up(state: EdgeServingState) -> None:
 
     config = state.generator.config
     speakers = config.supported_speakers
+    kind = config.tts_model_type
     request = SpeechRequest(
         text="Hello.",
-        speaker=speakers[0] if speakers and config.tts_model_type != "voice_design" else None,
-        instruct="A calm voice." if config.tts_model_type == "voice_design" else None,
+        speaker=speakers[0] if speakers and kind == "custom_voice" else None,
+        instruct="A calm voice." if kind == "voice_design" else None,
+        speaker_embedding=[0.0] * config.talker_config.hidden_size if kind == "base" else None,
         max_frames=2,
         greedy=True,
     )
     started = time.monotonic()
     try:
-        prepared = await state.prepare(request, "speech-warm-up")
-        frames = [f async for f in state.generator.stream_prepared(prepared, "speech-warm-up")]
+        request_id = f"speech-warm-up-{uuid.uuid4().hex}"  # unique: each API server process warms up
+        prepared = await state.prepare(request, request_id)
+        frames = [f async for f in state.generator.stream_prepared(prepared, request_id)]
         if frames:
             await state.decode(state.warm_decoder.feed, frames[0])
         await state.decode(state.warm_decoder.reset)

@@ -1,4 +1,4 @@
-"""Two log records every ``vllm serve --omni`` would print that say nothing wrong about this server.
+"""Log records every ``vllm serve --omni`` would print that say nothing wrong about this server.
 
 * vLLM's chat-template warm-up (``vllm.renderers.base``) fails with a traceback at every start: the
   talker's engine runs with ``skip_tokenizer_init`` (its prompts are ids built here), and the text routes

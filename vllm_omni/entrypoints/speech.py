@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -29,7 +30,11 @@ from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
 )
 from vllm_omni.model_executor.models.qwen3_tts.engine_ids import decode_residuals
 from vllm_omni.model_executor.models.qwen3_tts.engine_settings import talker_engine_args
-from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import PromptBuilder, SpeechRequestError
+from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import (
+    PromptBuilder,
+    SpeechRequestError,
+    VoiceClonePrompt,
+)
 from vllm_omni.model_executor.models.qwen3_tts.talker_requests import TalkerRequestSpec
 
 logger = logging.getLogger(__name__)
@@ -38,6 +43,10 @@ __all__ = ["AsyncCodecFrameGenerator", "CodecFrameGenerator", "SpeechRequest", "
 
 MIN_NEW_TOKENS = 2  # the official generate bars EOS for the first two codebook-0 tokens
 MAX_SEED = 2**63 - 1  # a seed the engine's generators take
+SAMPLING_FIELDS = (
+    *("temperature", "top_k", "top_p", "repetition_penalty"),
+    *("subtalker_temperature", "subtalker_top_k", "subtalker_top_p"),
+)
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,9 @@ class SpeechRequest:
     speaker: str | None = None
     language: str | None = None  # a language name or "Auto"
     instruct: str | None = None
-    non_streaming_mode: bool = True  # False: the text is fed as trailing text, one token per frame
+    # False: the text is fed as trailing text, one token per frame; None: the official default of the model
+    # type (True for CustomVoice/VoiceDesign, False for Base's generate_voice_clone).
+    non_streaming_mode: bool | None = None
     max_frames: int | None = None
     greedy: bool | None = None
     temperature: float | None = None
@@ -59,6 +70,14 @@ class SpeechRequest:
     subtalker_top_k: int | None = None
     subtalker_top_p: float | None = None
     seed: int | None = None
+    # Voice cloning (Base checkpoints): reference audio (bytes of a WAV/FLAC/MP3/OGG file, a local path, or
+    # (samples, sample_rate)) and its transcript; x_vector_only_mode uses the speaker embedding alone. Or a
+    # precomputed speaker_embedding (x-vector only), or a voice made already (an uploaded voice).
+    ref_audio: Any = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool = False
+    speaker_embedding: Sequence[float] | None = None
+    voice: VoiceClonePrompt | None = None
 
 
 @dataclass(frozen=True)
@@ -125,12 +144,47 @@ class _SpeechFrontend:
         self.max_model_len = max_model_len
         self.prompts = PromptBuilder(self.config, tokenizer, max_prompt_positions=max_model_len - 2)
         self.frame_args = (talker.vocab_size, talker.codebook_size, talker.num_code_groups, talker.codec_eos_token_id)
+        self.model = model
+        self._voice_encoders = None
+
+    def voice_prompt(self, request: SpeechRequest) -> VoiceClonePrompt | None:
+        """The voice ``request`` clones (``None`` for a preset or designed voice). Encoding reference audio is
+        CPU work (the speaker encoder and the speech tokenizer's encoder): a server runs this off its loop."""
+        if request.voice is not None:
+            return request.voice
+        if request.speaker_embedding is not None:
+            if request.ref_audio is not None:
+                raise SpeechRequestError("give ref_audio or speaker_embedding, not both")
+            return VoiceClonePrompt(check_speaker_embedding(request.speaker_embedding, self.config))
+        if request.ref_audio is None:
+            if request.ref_text:
+                raise SpeechRequestError("ref_text is the transcript of ref_audio: give the reference audio too")
+            return None
+        if self.config.tts_model_type != "base":
+            raise SpeechRequestError(
+                f"voice cloning needs a Base checkpoint; this one is {self.config.tts_model_type!r}"
+            )
+        if not request.x_vector_only_mode and not (request.ref_text or "").strip():
+            raise SpeechRequestError(
+                "in-context cloning needs ref_text, the transcript of ref_audio (or set x_vector_only_mode)"
+            )
+        if self._voice_encoders is None:
+            from vllm_omni.model_executor.models.qwen3_tts.voice_encoders import VoiceEncoders
+
+            self._voice_encoders = VoiceEncoders.for_model(self.model)
+        return self._voice_encoders.clone(request.ref_audio, request.ref_text, request.x_vector_only_mode)
 
     def build_request(self, request: SpeechRequest, request_key: str | None = None) -> EngineRequest:
         from vllm import SamplingParams
+        from vllm.exceptions import VLLMClientError
 
         prompt = self.prompts.build(
-            request.text, request.speaker, request.language, request.instruct, request.non_streaming_mode
+            request.text,
+            request.speaker,
+            request.language,
+            request.instruct,
+            request.non_streaming_mode,
+            voice=self.voice_prompt(request),
         )
         d = self.defaults
         room = self.max_model_len - len(prompt.prompt_ids) - 1
@@ -148,6 +202,7 @@ class _SpeechFrontend:
         greedy = (not d["do_sample"]) if request.greedy is None else request.greedy
         sub_greedy = (not d["subtalker_dosample"]) if request.greedy is None else request.greedy
         pick = lambda value, name: d[name] if value is None else value  # noqa: E731
+        check_sampling({name: pick(getattr(request, name), name) for name in SAMPLING_FIELDS})
         try:
             spec = TalkerRequestSpec(
                 request_key=request_key or uuid.uuid4().hex,
@@ -159,8 +214,12 @@ class _SpeechFrontend:
                 subtalker_top_k=int(pick(request.subtalker_top_k, "subtalker_top_k")),
                 subtalker_top_p=float(pick(request.subtalker_top_p, "subtalker_top_p")),
                 seed=request.seed,
+                speaker_embedding=prompt.speaker_embedding,
+                reference_codes=prompt.reference_codes,
             )
             TalkerRequestSpec.from_extra_args(spec.to_extra_args())  # the same checks the engine runs
+            talker = self.config.talker_config
+            spec.check_voice(talker.hidden_size, talker.num_code_groups, talker.codebook_size)
             params = SamplingParams(
                 max_tokens=max_frames + 1,
                 temperature=0.0 if greedy else float(pick(request.temperature, "temperature")),
@@ -173,12 +232,46 @@ class _SpeechFrontend:
                 skip_special_tokens=False,
                 extra_args=spec.to_extra_args(),
             )
-        except ValueError as error:
-            raise SpeechRequestError(str(error)) from None
+        except (ValueError, VLLMClientError) as error:  # checked above; vLLM's own checks are the last word
+            raise SpeechRequestError(f"the engine refuses this request: {error}") from None
         return EngineRequest(prompt.prompt_ids, params)
 
     def assembler(self) -> FrameAssembler:
         return FrameAssembler(*self.frame_args)
+
+
+def check_sampling(values: dict[str, Any]) -> None:
+    """Sampling settings in their ranges (finite temperatures >= 0, top_p in (0, 1], top_k -1 or >= 0,
+    repetition_penalty > 0), each refused with its name before vLLM sees it."""
+    for name, value in values.items():
+        number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if number is None or not math.isfinite(number):
+            raise SpeechRequestError(f"{name} must be a finite number, got {value!r}")
+        if "top_k" in name:
+            ok, expected = float(number).is_integer() and number >= -1, "an integer, -1 (off) or >= 0"
+        elif "top_p" in name:
+            ok, expected = 0 < number <= 1, "in (0, 1]"
+        elif name == "repetition_penalty":
+            ok, expected = number > 0, "> 0"
+        else:
+            ok, expected = number >= 0, ">= 0"
+        if not ok:
+            raise SpeechRequestError(f"{name} must be {expected}, got {value!r}")
+
+
+def check_speaker_embedding(values: Any, config: Qwen3TTSConfig) -> tuple[float, ...]:
+    """A speaker embedding as the talker takes it: the talker's hidden size of finite numbers."""
+    size = config.talker_config.hidden_size
+    try:
+        vector = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SpeechRequestError(f"speaker_embedding must be {size} numbers") from None
+    if vector.shape != (size,) or not np.isfinite(vector).all():
+        raise SpeechRequestError(
+            f"speaker_embedding must be {size} finite numbers (this checkpoint's talker size), got shape "
+            f"{list(vector.shape)}"
+        )
+    return tuple(float(x) for x in vector)
 
 
 def _hub_snapshot(model: str) -> Path | None:

@@ -10,15 +10,13 @@ tokenization: each refusal is a :class:`SpeechApiError` with the HTTP status and
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Literal
 
 from .speech_limits import SpeechLimits
 
 CODEC_MEDIA_TYPE = "application/x-qwen3-tts-codec-stream"
 SSE_MEDIA_TYPE = "text/event-stream"
-TASK_TYPES = {"CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
-RESPONSE_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm", "codec")
+TASK_TYPES = {"CustomVoice": "custom_voice", "VoiceDesign": "voice_design", "Base": "base"}
 MAX_NAME_CHARS = 256  # voice, language, model, edge_hardware
 
 # SpeechRequest fields a speech request may set under their own names (the rest are OpenAI's).
@@ -47,23 +45,30 @@ def speech_body_model() -> Any:
     import dataclasses
     import typing
 
-    from pydantic import BaseModel, Field, create_model
+    from pydantic import BaseModel, ConfigDict, Field, create_model
 
     from .speech import SpeechRequest
 
     class OpenAISpeech(BaseModel):
+        model_config = ConfigDict(allow_inf_nan=False)  # JSON's NaN and Infinity are not numbers here
+
         model: str | None = None
         input: str
         voice: str | None = None
         instructions: str | None = None
         language: str | None = None
-        task_type: Literal["CustomVoice", "VoiceDesign"] | None = None
+        task_type: Literal["CustomVoice", "VoiceDesign", "Base"] | None = None
         response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm", "codec"] = "mp3"  # OpenAI's default
         speed: float = 1.0
         stream_format: Literal["audio", "sse"] = "audio"
         edge_hardware: str | None = None
         stream: bool = False
         frames_per_message: int = Field(default=4, ge=1, le=256)
+        # Voice cloning (Base checkpoints); `voice` may also name an uploaded voice (/v1/audio/voices).
+        ref_audio: str | None = None  # base64, or a data URL (data:audio/wav;base64,...)
+        ref_text: str | None = None
+        x_vector_only_mode: bool = False
+        speaker_embedding: list[float] | None = None
 
     hints = typing.get_type_hints(SpeechRequest)
     generator = {
@@ -117,19 +122,21 @@ def check_text(name: str, text: str | None, limit: int, flag: str | None = None)
 
 def check_body(body: Any, limits: SpeechLimits, served_models: tuple[str, ...], tts_model_type: str) -> None:
     """What :func:`speech_body_model` cannot check alone: the limits, the served model, the format's options."""
-    from .speech_audio import SPEED_RANGE
+    from .speech_audio import AudioFormatError, check_speed
 
+    check_text("input", body.input, limits.max_input_chars, "speech-max-input-chars")
+    check_text("instructions", body.instructions, limits.max_instructions_chars, "speech-max-instructions-chars")
+    check_text("ref_text", body.ref_text, limits.max_input_chars, "speech-max-input-chars")
+    for name in ("voice", "language", "model", "edge_hardware"):
+        check_text(name, getattr(body, name), MAX_NAME_CHARS)
     if body.model is not None and body.model not in served_models:
         raise SpeechApiError(404, f"model {body.model!r} is not served here; served: {', '.join(served_models)}")
     if body.task_type is not None and TASK_TYPES[body.task_type] != tts_model_type:
         raise SpeechApiError(400, f"task_type {body.task_type} does not match the served model ({tts_model_type})")
-    check_text("input", body.input, limits.max_input_chars, "speech-max-input-chars")
-    check_text("instructions", body.instructions, limits.max_instructions_chars, "speech-max-instructions-chars")
-    for name in ("voice", "language", "model", "edge_hardware"):
-        check_text(name, getattr(body, name), MAX_NAME_CHARS)
-    low, high = SPEED_RANGE
-    if not (math.isfinite(body.speed) and low <= body.speed <= high):
-        raise SpeechApiError(400, f"speed must be a number in [{low}, {high}], got {body.speed}")
+    try:
+        check_speed(body.speed)
+    except AudioFormatError as error:
+        raise SpeechApiError(400, str(error)) from None
     if body.response_format == "codec":
         if body.edge_hardware is None:
             raise SpeechApiError(400, "response_format codec needs edge_hardware (GET /v1/edge/hardware lists them)")
@@ -143,11 +150,45 @@ def check_body(body: Any, limits: SpeechLimits, served_models: tuple[str, ...], 
             )
 
 
-def to_speech_request(body: Any) -> Any:
-    """A validated body (of :func:`speech_body_model`) as the generator's ``SpeechRequest``."""
+def decode_audio_field(value: str, name: str = "ref_audio") -> bytes:
+    """The bytes of an audio file sent as base64 or as a ``data:`` URL; remote URLs are not fetched."""
+    import base64
+    import binascii
+
+    text = value.strip()
+    if text.startswith(("http://", "https://", "file:")):
+        raise SpeechApiError(
+            400, f"{name}: this server does not fetch URLs; send the audio file as base64 or a data: URL"
+        )
+    if text.startswith("data:"):
+        header, _, text = text.partition(",")
+        if not header.endswith(";base64"):
+            raise SpeechApiError(400, f"{name}: a data URL must be base64 (data:audio/wav;base64,...)")
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise SpeechApiError(400, f"{name} is not base64 (nor a base64 data: URL)") from None
+    if not data:
+        raise SpeechApiError(400, f"{name} is empty")
+    return data
+
+
+def to_speech_request(body: Any, voices: Any = None) -> Any:
+    """A validated body (of :func:`speech_body_model`) as the generator's ``SpeechRequest``; ``voice`` naming an
+    uploaded voice of ``voices`` (a :class:`~.voice_store.VoiceStore`) takes that voice."""
     from .speech import SpeechRequest
 
     generator = {name: getattr(body, name) for name in GENERATOR_FIELDS}
+    uploaded = voices.get(body.voice) if voices is not None and body.voice else None
     return SpeechRequest(
-        text=body.input, speaker=body.voice, language=body.language, instruct=body.instructions, **generator
+        text=body.input,
+        speaker=None if uploaded else body.voice,
+        language=body.language,
+        instruct=body.instructions,
+        ref_audio=decode_audio_field(body.ref_audio) if body.ref_audio else None,
+        ref_text=body.ref_text,
+        x_vector_only_mode=body.x_vector_only_mode,
+        speaker_embedding=body.speaker_embedding,
+        voice=uploaded.voice if uploaded else None,
+        **generator,
     )

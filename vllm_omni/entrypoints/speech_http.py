@@ -12,25 +12,30 @@ from .speech_api import SpeechApiError
 # A body over the limit is still read (and dropped) up to this size, so the client can read the 413 rather
 # than a connection reset mid-upload; past it the connection is cut.
 DRAIN_BYTES = 64 << 20
+BODY_SECONDS = 60.0
 
 
 async def read_body(request: Any, limit: int) -> bytes:
     """The request body, refused (413) when over ``limit`` bytes, by its ``Content-Length`` or as it
     arrives; nothing over the limit is kept (up to :data:`DRAIN_BYTES` is read and dropped)."""
     declared = request.headers.get("content-length")
-    if declared is not None and not declared.isdigit():
+    if declared is not None and not (declared.isascii() and declared.isdecimal()):
         raise SpeechApiError(400, f"Content-Length {declared!r} is not a byte count")
     chunks: list[bytes] = []
     size = 0
     if declared is None or int(declared) <= DRAIN_BYTES:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size <= limit:
-                chunks.append(chunk)
-            elif chunks:
-                chunks.clear()  # over the limit: the rest is read and dropped
-            if size > DRAIN_BYTES:
-                break
+        try:
+            async with asyncio.timeout(BODY_SECONDS):  # a body trickled in byte by byte holds nothing for long
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size <= limit:
+                        chunks.append(chunk)
+                    elif chunks:
+                        chunks.clear()  # over the limit: the rest is read and dropped
+                    if size > DRAIN_BYTES:
+                        break
+        except TimeoutError:
+            raise SpeechApiError(408, f"the body did not arrive within {BODY_SECONDS:g} s") from None
     if size > limit or (declared is not None and int(declared) > limit):
         shown = declared if declared is not None else f"over {limit}"
         raise SpeechApiError(

@@ -7,6 +7,7 @@ flag (:func:`add_limit_arguments`); ``docs/serving/serve.md`` lists them.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass, fields
 
@@ -26,7 +27,7 @@ class SpeechLimits:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value < 0 or (value == 0 and f.name != "decode_workers"):
+            if not math.isfinite(value) or value < 0 or (value == 0 and f.name != "decode_workers"):
                 raise ValueError(f"{f.name} must be positive, got {value}")
 
     @property

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -22,6 +23,7 @@ CLOSE_TIMEOUT = 4408
 CLOSE_TOO_MUCH_QUEUED = 4413
 CLOSE_NOT_READY = 4503
 SLACK_S = 0.05  # how early a deadline may wake the socket's wait
+CLOSE_SEND_S = 5.0  # the done and close frames wait this long for a client that does not read
 MAX_REASON_BYTES = 123  # RFC 6455: a close reason fits in 123 bytes of UTF-8
 
 
@@ -38,24 +40,52 @@ class SocketClosed(Exception):
     """The session is over (closed by us after telling the client why, or by the client)."""
 
 
+class ProtocolError(Exception):
+    """A client message the session refuses: the close ``code`` and what to send instead."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def parse_message(message: dict, limit: int) -> dict:
+    """A received ASGI message as the client's JSON object (``{"type": "disconnect"}`` when it left)."""
+    if message["type"] == "websocket.disconnect":
+        return {"type": "disconnect"}
+    text = message.get("text")
+    if text is None:
+        raise ProtocolError(CLOSE_BAD_MESSAGE, "expected a JSON text message with a string 'type', got binary")
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if size > limit:
+        raise ProtocolError(CLOSE_TOO_BIG, f"a message of {size} bytes; the limit is {limit} (--speech-max-body-bytes)")
+    try:
+        payload = parse_json(text, "the message")
+    except SpeechApiError as error:
+        raise ProtocolError(CLOSE_BAD_MESSAGE, str(error)) from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
+        raise ProtocolError(CLOSE_BAD_MESSAGE, "expected a JSON text message with a string 'type'")
+    return payload
+
+
 class SpeechSocket:
     """One ``/v1/audio/speech/stream`` connection: the codec stream over a WebSocket, text in pieces.
 
     Client -> server (JSON text messages): ``{"type": "start", ...}`` with the fields of
     ``POST /v1/audio/speech`` (``edge_hardware`` required, ``input`` optional); then any number of
     ``{"type": "text", "text": ...}``, ``{"type": "flush"}``; then ``{"type": "end"}``, or
-    ``{"type": "cancel"}`` at any time. Text pieces are joined as sent, whitespace included, and cut into
-    sentences (:class:`~.speech_text.TextSegmenter`); ``flush`` and ``end`` cut what is left. Each sentence
-    is one segment, generated as soon as the ones before it are done: speech starts with the first
-    sentence while later text is still arriving. Server -> client: the wire protocol's start message
-    (text), frames messages (binary; the first frame of a segment alone, then ``frames_per_message`` at a
-    time; each segment ends with a ``segment end`` flag, the stream with ``end of stream``) and done
-    (text: ``complete``, ``cancelled`` or ``error`` with the whole message).
+    ``{"type": "cancel"}`` at any time (after ``end`` too). Text pieces are joined as sent, whitespace
+    included, and cut into sentences (:class:`~.speech_text.TextSegmenter`); ``flush`` and ``end`` cut
+    what is left. Each sentence is one segment, generated as soon as the ones before it are done: speech
+    starts with the first sentence while later text is still arriving. Server -> client: the wire
+    protocol's start message (text), frames messages (binary; the first frame of a segment alone, then
+    ``frames_per_message`` at a time; each segment ends with a ``segment end`` flag, the stream with
+    ``end of stream``) and done (text: ``complete``, ``cancelled`` or ``error`` with the whole message).
 
     Limits (:class:`~.speech_limits.SpeechLimits`): a message over ``max_body_bytes`` closes with 1009, a
-    piece over ``max_input_chars`` or text queued past ``socket_max_queued_chars`` (sent, not yet spoken)
-    with 4413, a session idle for ``socket_idle_s`` (nothing to speak, no message) or older than
+    piece over ``max_input_chars`` or text queued past ``socket_max_queued_chars`` (sent, not yet being
+    spoken) with 4413, a session idle for ``socket_idle_s`` (nothing to speak, no message) or older than
     ``socket_max_s`` with 4408. A malformed message closes with 4400, an unserved class with 4404.
+    One task owns the session (reads, checks, closes); the speaker task only sends frames.
     """
 
     def __init__(self, edge: EdgeServingState | None, socket: Any, speech_body: Any) -> None:
@@ -63,42 +93,38 @@ class SpeechSocket:
         self.segments: asyncio.Queue[str | None] = asyncio.Queue()
         self.queued_chars = 0  # text received and not yet taken by the speaker
         self.speaking = False
+        self.ended = False  # the client sent `end`: speak what is queued, then close
         self.speaker: asyncio.Task | None = None
         self.encoder = None  # the stream's CodecStreamEncoder, once the start message is out
         self.started = time.monotonic()
 
-    async def close(self, code: int, message: str) -> None:
+    async def close(self, code: int, message: str) -> NoReturn:
         """Close with ``message`` as the reason; a stream that started hears the whole message in its done.
         Raises :class:`SocketClosed`: the session is over."""
         speaker = self.speaker
         if speaker is not None and speaker is not asyncio.current_task() and not speaker.done():
             speaker.cancel()  # nothing may follow the done message
             await asyncio.gather(speaker, return_exceptions=True)
-        try:
+        with contextlib.suppress(Exception):  # the client left first, or does not read: nobody to tell
             if self.encoder is not None and code != 1000:
-                await self.socket.send_text(self.encoder.done(reason="error", error=message).decode())
-            await self.socket.close(code=code, reason=close_reason(message))
-        except Exception:  # the client left first: nobody to tell
-            pass
+                done = self.encoder.done(reason="error", error=message).decode()
+                await asyncio.wait_for(self.socket.send_text(done), CLOSE_SEND_S)
+            await asyncio.wait_for(self.socket.close(code=code, reason=close_reason(message)), CLOSE_SEND_S)
         raise SocketClosed
 
-    async def receive_json(self, limit: int) -> dict:
-        """The next client message as a dict (``{"type": "disconnect"}`` when the client left)."""
-        message = await self.socket.receive()
-        if message["type"] == "websocket.disconnect":
-            return {"type": "disconnect"}
-        text = message.get("text")
-        if text is None:
-            await self.close(CLOSE_BAD_MESSAGE, "expected a JSON text message with a string 'type', got binary")
-        if len(text) > limit:
-            await self.close(CLOSE_TOO_BIG, f"a message of {len(text)} characters; the limit is {limit}")
+    async def receive(self, timeout: float | None = None) -> dict:
+        """The next client message, checked (a bad one closes the session with its code)."""
         try:
-            payload = parse_json(text, "the message")
-        except SpeechApiError as error:
-            await self.close(CLOSE_BAD_MESSAGE, str(error))
-        if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
-            await self.close(CLOSE_BAD_MESSAGE, "expected a JSON text message with a string 'type'")
-        return payload
+            raw = await asyncio.wait_for(self.socket.receive(), timeout)
+        except TimeoutError:
+            await self.close(CLOSE_TIMEOUT, f"no start message in {timeout:g} s")
+        return await self.checked(raw)
+
+    async def checked(self, raw: dict) -> dict:
+        try:
+            return parse_message(raw, self.edge.limits.max_body_bytes)
+        except ProtocolError as error:
+            await self.close(error.code, str(error))
 
     async def run(self) -> None:
         with contextlib.suppress(SocketClosed):
@@ -112,10 +138,7 @@ class SpeechSocket:
         if self.edge is None:
             await self.close(CLOSE_NOT_READY, "the edge routes are not initialised (start the server with --omni)")
         limits = self.edge.limits
-        try:
-            start = await asyncio.wait_for(self.receive_json(limits.max_body_bytes), limits.socket_idle_s)
-        except TimeoutError:
-            await self.close(CLOSE_TIMEOUT, f"no start message in {limits.socket_idle_s:g} s")
+        start = await self.receive(timeout=limits.socket_idle_s)
         if start["type"] == "disconnect":
             return
         if start["type"] != "start":
@@ -132,14 +155,18 @@ class SpeechSocket:
         if plan is None:
             served = ", ".join(self.edge.plans.published)
             await self.close(CLOSE_NOT_SERVED, f"edge_hardware {body.edge_hardware!r} is not served; served: {served}")
-        try:  # refuse a bad voice/language up front, with a stand-in text when none came yet
-            await self.edge.prepare(to_speech_request(body.model_copy(update={"input": "."})), "speech-check")
+        try:  # the voice made once (a cloned one encoded), and refused up front with a stand-in text if bad
+            template = to_speech_request(body.model_copy(update={"input": "."}), self.edge.voice_store)
+            template = await self.edge.resolve_voice(template)
+            await self.edge.prepare(template, f"speech-check-{uuid.uuid4().hex}")
+        except SpeechApiError as error:
+            await self.close(CLOSE_BAD_MESSAGE, f"start: {error}")
         except SpeechRequestError as error:
             await self.close(CLOSE_BAD_MESSAGE, str(error))
         segmenter = TextSegmenter(limits.max_input_chars)
         if body.input:
             await self.queue([*segmenter.add(body.input), segmenter.flush()])
-        speaker = self.speaker = asyncio.create_task(self.speak(body, plan))
+        speaker = self.speaker = asyncio.create_task(self.speak(body, template, plan))
         try:
             await self.listen(speaker, segmenter)
         finally:
@@ -162,13 +189,14 @@ class SpeechSocket:
             self.segments.put_nowait(segment)
 
     async def listen(self, speaker: asyncio.Task, segmenter: TextSegmenter) -> None:
-        """Client messages until ``end``: text is segmented and queued, ``cancel`` stops the speech now."""
+        """Client messages until the speaker is done: text is segmented and queued, ``cancel`` stops the speech
+        now; the session's deadlines hold throughout, after ``end`` too."""
         limits = self.edge.limits
         last_message = time.monotonic()
         receive: asyncio.Task | None = None
         try:
             while not speaker.done():
-                receive = receive or asyncio.create_task(self.receive_json(limits.max_body_bytes))
+                receive = receive or asyncio.create_task(self.socket.receive())
                 now = time.monotonic()
                 idle_left = limits.socket_idle_s - (now - last_message)
                 total_left = limits.socket_max_s - (now - self.started)
@@ -188,9 +216,9 @@ class SpeechSocket:
                             )
                         last_message = now  # still speaking: the client is listening, not idle
                     continue
-                message, receive = receive.result(), None
+                raw, receive = receive.result(), None
                 last_message = time.monotonic()
-                if await self.handle(message, speaker, segmenter):
+                if await self.handle(await self.checked(raw), speaker, segmenter):
                     return
         finally:
             if receive is not None and not receive.done():
@@ -199,6 +227,18 @@ class SpeechSocket:
     async def handle(self, message: dict, speaker: asyncio.Task, segmenter: TextSegmenter) -> bool:
         """One client message; True when the session is over."""
         kind = message["type"]
+        if kind in ("cancel", "disconnect"):
+            speaker.cancel()
+            if kind == "cancel":
+                await asyncio.gather(speaker, return_exceptions=True)
+                if self.encoder is not None:
+                    with contextlib.suppress(Exception):
+                        done = self.encoder.done(reason="cancelled").decode()
+                        await asyncio.wait_for(self.socket.send_text(done), CLOSE_SEND_S)
+                await self.close(1000, "cancelled")
+            return True
+        if self.ended and kind in ("text", "flush", "end"):
+            await self.close(CLOSE_BAD_MESSAGE, f"a {kind!r} message after 'end' (only 'cancel' may follow it)")
         if kind == "text":
             text = message.get("text")
             if not isinstance(text, str):
@@ -216,33 +256,26 @@ class SpeechSocket:
         if kind == "end":
             await self.queue([segmenter.flush()])
             self.segments.put_nowait(None)
-            await speaker
-            return True
-        if kind in ("cancel", "disconnect"):
-            speaker.cancel()
-            if kind == "cancel":
-                await asyncio.gather(speaker, return_exceptions=True)
-                if self.encoder is not None:
-                    await self.send_text(self.encoder.done(reason="cancelled").decode())
-                await self.close(1000, "cancelled")
-            return True
-        speaker.cancel()
+            self.ended = True
+            return False
         await self.close(CLOSE_BAD_MESSAGE, f"unexpected message type {kind!r} (text, flush, end or cancel)")
-        return True
 
     async def send_text(self, text: str) -> None:
-        try:
-            await self.socket.send_text(text)
-        except Exception:  # the client left: the session is over
-            raise SocketClosed from None
+        await self._send(self.socket.send_text, text)
 
     async def send_bytes(self, data: bytes) -> None:
+        await self._send(self.socket.send_bytes, data)
+
+    @staticmethod
+    async def _send(send: Any, data: Any) -> None:
+        from starlette.websockets import WebSocketDisconnect
+
         try:
-            await self.socket.send_bytes(data)
-        except Exception:
+            await send(data)
+        except (WebSocketDisconnect, OSError, RuntimeError):  # the client left (or the socket is closing)
             raise SocketClosed from None
 
-    async def speak(self, body, plan) -> None:
+    async def speak(self, body, template, plan) -> None:
         """Segments in order: each sentence through the talker, frames out as they are made."""
         from vllm_omni.edge.stream import StreamStart
         from vllm_omni.edge.stream.encoder import CodecStreamEncoder
@@ -259,11 +292,11 @@ class SpeechSocket:
                 self.speaking = True
                 self.queued_chars -= len(text)
                 request_id = f"speech-{uuid.uuid4().hex}"
-                request = to_speech_request(body.model_copy(update={"input": text}))
-                prepared = await self.edge.prepare(request, request_id)
+                prepared = await self.edge.prepare(dataclasses.replace(template, text=text), request_id)
                 frames = self.edge.generator.stream_prepared(prepared, request_id)
-                async for piece in frame_batches(frames, body.frames_per_message):
-                    await self.send_bytes(encoder.frames(piece))
+                async with contextlib.aclosing(frame_batches(frames, body.frames_per_message)) as batches:
+                    async for piece in batches:
+                        await self.send_bytes(encoder.frames(piece))
                 await self.send_bytes(encoder.frames(empty, segment_end=True))
                 self.speaking = False
         except (asyncio.CancelledError, SocketClosed):

@@ -8,6 +8,7 @@ work (decoding, encoding) runs on the state's bounded decode pool, never on the 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -22,6 +23,12 @@ async def frame_batches(frames: AsyncIterator[np.ndarray], per_message: int) -> 
     """``frames`` (arrays of new frames, as the engine makes them) regrouped for the wire: the first frame
     leaves alone at once (first audio waits for nothing), then ``per_message`` frames at a time; the
     remainder leaves when the utterance ends."""
+    async with contextlib.aclosing(frames):  # closing this closes the engine stream: its request is aborted
+        async for batch in _regroup(frames, per_message):
+            yield batch
+
+
+async def _regroup(frames: AsyncIterator[np.ndarray], per_message: int) -> AsyncIterator[np.ndarray]:
     from vllm_omni.edge.stream import message_batches
 
     pending: list[np.ndarray] = []
@@ -68,15 +75,21 @@ async def audio_stream(
     edge: Any, prepared: Any, request_id: str, fmt: str, speed: float, counts: dict[str, int] | None = None
 ) -> AsyncIterator[bytes]:
     """The utterance in ``fmt`` (:mod:`.speech_audio`), decoded on the server with the exact stateful
-    decoder as frames arrive and encoded chunk by chunk; empty chunks are not yielded. ``counts["frames"]``
-    (when given) counts the frames decoded."""
+    decoder as frames arrive and encoded chunk by chunk, all on the decode pool; empty chunks are not
+    yielded. ``counts["frames"]`` (when given) counts the frames decoded. Raises what the engine or the
+    decoder raised (callers answer with :func:`public_error`)."""
     from vllm_omni.edge.audio import float_to_pcm16
     from vllm_omni.edge.runtime import open_decoder
 
     from .speech_audio import AudioEncoder
 
-    decoder = await edge.decode(lambda: open_decoder(edge.plans.server_decoder, check_sha256=False, prepack=True))
-    encoder = AudioEncoder(fmt, edge.plans.server_decoder.codec.sample_rate, speed)
+    sample_rate = edge.plans.server_decoder.codec.sample_rate
+
+    def begin() -> tuple[Any, Any]:
+        decoder = open_decoder(edge.plans.server_decoder, check_sha256=False, prepack=True)
+        return decoder, AudioEncoder(fmt, sample_rate, speed)
+
+    decoder, encoder = await edge.decode(begin)
 
     def step(frames: np.ndarray | None) -> bytes:
         audio = decoder.feed(frames) if frames is not None else decoder.flush()
@@ -85,12 +98,25 @@ async def audio_stream(
 
     counts = counts if counts is not None else {}
     counts.setdefault("frames", 0)
-    async for frames in edge.generator.stream_prepared(prepared, request_id):
-        counts["frames"] += len(frames)
-        if data := await edge.decode(step, frames):
-            yield data
+    async with contextlib.aclosing(edge.generator.stream_prepared(prepared, request_id)) as frames:
+        async for new in frames:
+            counts["frames"] += len(new)
+            if data := await edge.decode(step, new):
+                yield data
     if data := await edge.decode(step, None):
         yield data
+
+
+async def streamed(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``body`` as a streamed HTTP response: a failure after the headers left ends the body early and is
+    logged as one line (a truncated stream is all a client can be told then; no traceback)."""
+    try:
+        async for chunk in body:
+            yield chunk
+    except Exception as error:
+        public_error(error)  # logs it
+    finally:
+        await body.aclose()
 
 
 async def sse_events(edge: Any, prepared: Any, request_id: str, fmt: str, speed: float) -> AsyncIterator[bytes]:
@@ -119,5 +145,5 @@ def public_error(error: BaseException) -> str:
 
     if isinstance(error, SpeechRequestError):
         return str(error)
-    logger.warning("speech request failed: %s: %s", type(error).__name__, error)
-    return f"the server failed while speaking ({type(error).__name__}); the server log has the details"
+    logger.warning("speech request failed: %s: %s", type(error).__name__, error, exc_info=logger.isEnabledFor(10))
+    return f"the server failed while speaking ({type(error).__name__}: see the server log)"

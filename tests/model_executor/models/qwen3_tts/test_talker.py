@@ -8,12 +8,17 @@ import pytest
 
 from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import Qwen3TTSConfig
 from vllm_omni.model_executor.models.qwen3_tts.engine_ids import (
+    SPEAKER_SLOT,
+    VOICE_SLOTS,
     decode_residuals,
     encode_prompt_id,
+    encode_voice_id,
     engine_vocab_size,
     residual_columns,
+    voice_base,
 )
-from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import PromptBuilder, SpeechRequestError
+from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import PromptBuilder, SpeechRequestError, VoiceClonePrompt
+from vllm_omni.model_executor.models.qwen3_tts.talker_requests import TalkerRequestSpec
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
@@ -22,6 +27,10 @@ def test_prompt_ids_and_residual_channel_round_trip():
     assert encode_prompt_id(7, None, text_vocab=100, codec_vocab=3072) == 7
     assert encode_prompt_id(7, 2149, text_vocab=100, codec_vocab=3072) == 100 + 7 * 3072 + 2149
     assert encode_prompt_id(151_935, 3071, 151_936, 3072) < 2**31  # vLLM's token ids are int32
+    assert encode_prompt_id(151_935, 3071, 151_936, 3072) < voice_base(151_936, 3072)
+    assert encode_voice_id(151_935, VOICE_SLOTS - 1, 151_936, 3072) < 2**31
+    with pytest.raises(ValueError, match="at most 4095 reference frames"):
+        encode_voice_id(7, VOICE_SLOTS, 100, 3072)
     with pytest.raises(ValueError, match="outside the codec vocabulary"):
         encode_prompt_id(7, 3072, 100, 3072)
     codes = list(range(100, 115))
@@ -92,6 +101,96 @@ def test_bad_prompts_list_what_is_allowed(builder: PromptBuilder):
         builder.build("", speaker="Ryan")
     with pytest.raises(SpeechRequestError, match="more than the 200 this engine allows"):
         builder.build("word " * 300, speaker="Ryan")
+
+
+@pytest.fixture(scope="module")
+def base_builder(talker_checkpoint: Path) -> PromptBuilder:
+    """The same talker read as a Base checkpoint (the prompt layout needs only the config and tokenizer)."""
+    from transformers import AutoTokenizer
+
+    config = Qwen3TTSConfig.from_pretrained(talker_checkpoint)
+    config.tts_model_type = "base"
+    return PromptBuilder(config, AutoTokenizer.from_pretrained(talker_checkpoint), max_prompt_positions=200)
+
+
+def layout(builder: PromptBuilder, ids: list[int]) -> list[tuple]:
+    """Each id as ("pair", text, codec) / ("text", text) / ("voice", text, slot)."""
+    text_vocab, codec_vocab = builder.talker.text_vocab_size, builder.talker.vocab_size
+    base = voice_base(text_vocab, codec_vocab)
+    out = []
+    for i in ids:
+        if i >= base:
+            out.append(("voice", *divmod(i - base, VOICE_SLOTS)))
+        elif i >= text_vocab:
+            out.append(("pair", *divmod(i - text_vocab, codec_vocab)))
+        else:
+            out.append(("text", i))
+    return out
+
+
+def test_base_prompt_layouts_x_vector_and_in_context(base_builder: PromptBuilder):
+    """As the official Base generate: the speaker embedding where a speaker id goes; in context, the reference
+    text and the text beside codec_bos and the reference frames (``generate_icl_prompt``)."""
+    b, cfg, talker = base_builder, base_builder.config, base_builder.talker
+    embedding = tuple(float(i) for i in range(talker.hidden_size))
+    text = b._ids("Hi there.")
+    x_vector = b.build("Hi there.", language="English", voice=VoiceClonePrompt(embedding))
+    rows = layout(b, x_vector.prompt_ids)
+    assert rows[3:9] == [
+        ("pair", cfg.tts_pad_token_id, talker.codec_think_id),
+        ("pair", cfg.tts_pad_token_id, talker.codec_think_bos_id),
+        ("pair", cfg.tts_pad_token_id, 2050),  # english
+        ("pair", cfg.tts_pad_token_id, talker.codec_think_eos_id),
+        ("voice", cfg.tts_pad_token_id, SPEAKER_SLOT),
+        ("pair", cfg.tts_bos_token_id, talker.codec_pad_id),
+    ]
+    # Base's official default streams the text: the first token beside codec_bos, the rest per step.
+    assert rows[9:] == [("pair", text[0], talker.codec_bos_id)]
+    assert x_vector.trailing_text_ids == [*text[1:], cfg.tts_eos_token_id]
+    assert x_vector.speaker_embedding == embedding and x_vector.reference_codes == ()
+
+    codes = tuple(tuple(range(j, j + 16)) for j in range(3))
+    voice = VoiceClonePrompt(embedding, codes, "Reference words.")
+    reference = b._ids("<|im_start|>assistant\nReference words.<|im_end|>\n")[3:-2]
+    all_text = reference + text + [cfg.tts_eos_token_id]
+    assert len(all_text) > 4  # more text than codec positions: the rest is streamed
+    streamed = b.build("Hi there.", language="English", voice=voice)
+    body = layout(b, streamed.prompt_ids)[9:]
+    assert body == [("pair", all_text[0], talker.codec_bos_id)] + [("voice", all_text[i], i) for i in (1, 2, 3)]
+    assert streamed.trailing_text_ids == all_text[4:] and streamed.reference_codes == codes
+
+    whole = b.build("Hi there.", language="English", voice=voice, non_streaming_mode=True)
+    body = layout(b, whole.prompt_ids)[9:]
+    assert body[: len(all_text)] == [("pair", t, talker.codec_pad_id) for t in all_text]
+    assert body[len(all_text) :] == [("pair", cfg.tts_pad_token_id, talker.codec_bos_id)] + [
+        ("voice", cfg.tts_pad_token_id, i) for i in (1, 2, 3)
+    ]
+    assert whole.trailing_text_ids == []
+
+    long_reference = tuple(tuple([1] * 16) for _ in range(40))  # more frames than text: text padded with tts_pad
+    padded = b.build("Hi.", voice=VoiceClonePrompt(embedding, long_reference, "A."))
+    assert layout(b, padded.prompt_ids)[-1] == ("voice", cfg.tts_pad_token_id, 40) and padded.trailing_text_ids == []
+
+
+def test_base_refusals_say_what_to_send(base_builder: PromptBuilder, builder: PromptBuilder):
+    embedding = tuple([0.0] * base_builder.talker.hidden_size)
+    with pytest.raises(SpeechRequestError, match="clones a voice: give ref_audio"):
+        base_builder.build("Hi.")
+    with pytest.raises(SpeechRequestError, match="no preset speakers"):
+        base_builder.build("Hi.", speaker="Ryan", voice=VoiceClonePrompt(embedding))
+    with pytest.raises(SpeechRequestError, match="takes no `instruct`"):
+        base_builder.build("Hi.", instruct="calm", voice=VoiceClonePrompt(embedding))
+    with pytest.raises(SpeechRequestError, match="needs ref_text"):
+        base_builder.build("Hi.", voice=VoiceClonePrompt(embedding, ((0,) * 16,), None))
+    with pytest.raises(SpeechRequestError, match="needs a Base checkpoint"):
+        builder.build("Hi.", speaker="Ryan", voice=VoiceClonePrompt(embedding))
+    spec = TalkerRequestSpec("k", (), speaker_embedding=(1.0,) * 3)
+    with pytest.raises(ValueError, match="speaker_embedding must be 8 finite numbers"):
+        spec.check_voice(8, 16, 2048)
+    with pytest.raises(ValueError, match="reference frame 0 must be 16 codes in"):
+        TalkerRequestSpec("k", (), reference_codes=((2048,) * 16,)).check_voice(8, 16, 2048)
+    round_trip = TalkerRequestSpec("k", (), speaker_embedding=(0.5, 1.5), reference_codes=((1, 2), (3, 4)))
+    assert TalkerRequestSpec.from_extra_args(round_trip.to_extra_args()) == round_trip
 
 
 def _engine_config(checkpoint: Path, **engine_args):

@@ -12,6 +12,16 @@ Both are encoded as one prompt id, so a prompt describes itself and needs no sid
 (at the released sizes the largest id is about 4.7e8, inside vLLM's int32 token ids). Generated
 positions carry the frame's codebook-0 id, as any LM's sampled token.
 
+**Voice positions in** (Base checkpoints, voice cloning). A cloned voice adds positions whose codec
+part is not one codec id but a vector of the request: the speaker embedding (slot 0) or the summed
+16 codebook embeddings of reference frame ``j`` (slot ``j + 1``). They are encoded after the pairs,
+with the text id they carry::
+
+    voice_base + t * VOICE_SLOTS + slot      text t plus the request's voice vector ``slot``
+
+(``voice_base = text_vocab * (codec_vocab + 1)``; at the released sizes the largest is about 1.1e9)
+and the vectors travel with the request (``TalkerRequestSpec.speaker_embedding`` / ``reference_codes``).
+
 **Residual codes out.** Codebooks 1..15 of a frame come from the code predictor inside the model.
 They leave the engine through the logprobs output: the model's logits are widened by
 ``(groups - 1) * codebook_size`` columns, one per (codebook, code); the step that completes a
@@ -43,6 +53,25 @@ def encode_prompt_id(text_id: int, codec_id: int | None, text_vocab: int, codec_
     if not 0 <= codec_id < codec_vocab:
         raise ValueError(f"codec id {codec_id} outside the codec vocabulary [0, {codec_vocab})")
     return text_vocab + text_id * codec_vocab + codec_id
+
+
+# Voice vectors one request may address: the speaker embedding and up to 4095 reference frames (327 s).
+VOICE_SLOTS = 4096
+SPEAKER_SLOT = 0
+
+
+def voice_base(text_vocab: int, codec_vocab: int) -> int:
+    """The first voice-position id (every text and pair id is below it)."""
+    return text_vocab * (codec_vocab + 1)
+
+
+def encode_voice_id(text_id: int, slot: int, text_vocab: int, codec_vocab: int) -> int:
+    """One prompt id for ``E_t(text_id)`` plus the request's voice vector ``slot`` (0: speaker, j + 1: frame j)."""
+    if not 0 <= text_id < text_vocab:
+        raise ValueError(f"text id {text_id} outside the text vocabulary [0, {text_vocab})")
+    if not 0 <= slot < VOICE_SLOTS:
+        raise ValueError(f"voice slot {slot} outside [0, {VOICE_SLOTS}): at most {VOICE_SLOTS - 1} reference frames")
+    return voice_base(text_vocab, codec_vocab) + text_id * VOICE_SLOTS + slot
 
 
 def residual_column_offsets(num_code_groups: int, codec_vocab: int, codebook_size: int) -> list[int]:

@@ -31,7 +31,7 @@ from torch.nn import functional as F
 
 from .code_predictor import Qwen3TTSCodePredictor
 from .configuration_qwen3_tts import Qwen3TTSConfig
-from .engine_ids import RESIDUAL_MARK, engine_vocab_size, residual_column_offsets
+from .engine_ids import RESIDUAL_MARK, SPEAKER_SLOT, VOICE_SLOTS, engine_vocab_size, residual_column_offsets, voice_base
 from .engine_settings import LOGPROBS_MODE
 from .talker_requests import LOGITS_PROCESSOR, TALKER_BATCH, StepLayout, TalkerRequestState
 
@@ -141,6 +141,7 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         self.codec_head = nn.Linear(talker.hidden_size, talker.vocab_size, bias=False)
         self.code_predictor = Qwen3TTSCodePredictor(talker.code_predictor_config, talker.hidden_size)
         self.tts_pad_token_id = config.tts_pad_token_id
+        self.voice_base = voice_base(self.text_vocab, self.codec_vocab)
         offsets = residual_column_offsets(self.groups, self.codec_vocab, self.codebook_size)
         self.register_buffer("residual_offsets", torch.tensor(offsets, dtype=torch.long), persistent=False)
 
@@ -150,13 +151,57 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         return self.text_projection(self.model.text_embedding(text_ids))
 
     def embed_prompt_ids(self, ids: torch.Tensor) -> torch.Tensor:
-        """Embeddings of encoded prompt ids (``engine_ids.encode_prompt_id``)."""
-        pair = ids >= self.text_vocab
+        """Embeddings of encoded prompt ids (``engine_ids``); a voice position gets its text part only (its
+        request's voice vector is added by :meth:`_add_voice`)."""
+        voice = ids >= self.voice_base
+        pair = (ids >= self.text_vocab) & ~voice
         offset = (ids - self.text_vocab).clamp(min=0)
-        text_ids = torch.where(pair, offset // self.codec_vocab, ids).clamp(0, self.text_vocab - 1)
+        text_ids = torch.where(pair, offset // self.codec_vocab, ids)
+        text_ids = torch.where(voice, (ids - self.voice_base).clamp(min=0) // VOICE_SLOTS, text_ids)
         codec_ids = torch.where(pair, offset % self.codec_vocab, torch.zeros_like(ids))
-        embeds = self.project_text(text_ids)
+        embeds = self.project_text(text_ids.clamp(0, self.text_vocab - 1))
         return embeds + self.model.codec_embedding(codec_ids) * pair.unsqueeze(-1).to(embeds.dtype)
+
+    def _add_voice(self, embeds: torch.Tensor, ids: torch.Tensor, starts: list[int], where: torch.Tensor) -> None:
+        """Add each voice position's vector (speaker embedding or reference frame) from its request's spec."""
+        indices = where.tolist()
+        slots = ((ids[where] - self.voice_base) % VOICE_SLOTS).tolist()
+        by_row: dict[int, tuple[list[int], list[int]]] = {}
+        for index, slot in zip(indices, slots, strict=True):
+            row = bisect.bisect_right(starts, index) - 1
+            by_row.setdefault(row, ([], []))[0].append(index)
+            by_row[row][1].append(slot)
+        for row, (rows_indices, row_slots) in by_row.items():
+            state = TALKER_BATCH.rows.get(row)
+            if state is None:
+                raise RuntimeError("a voice position arrived for a batch row without its talker request state")
+            table = self._voice_table(state)
+            if max(row_slots) >= table.shape[0]:
+                raise RuntimeError(
+                    f"talker request {state.spec.request_key}: voice slot {max(row_slots)} but the request carries "
+                    f"{table.shape[0] - 1} reference frames"
+                )
+            at = torch.tensor(rows_indices, dtype=torch.long, device=embeds.device)
+            embeds[at] += table[torch.tensor(row_slots, dtype=torch.long, device=table.device)]
+
+    def _voice_table(self, state: TalkerRequestState) -> torch.Tensor:
+        """``[1 + frames, hidden]``: slot 0 the speaker embedding (zeros without one), slot ``j + 1`` the summed
+        16 codebook embeddings of reference frame ``j``; made once per request."""
+        if state.voice_table is None:
+            spec, weight = state.spec, self.codec_head.weight
+            spec.check_voice(weight.shape[1], self.groups, self.codebook_size)
+            table = torch.zeros(
+                1 + len(spec.reference_codes), weight.shape[1], dtype=weight.dtype, device=weight.device
+            )
+            if spec.speaker_embedding:
+                table[SPEAKER_SLOT] = torch.tensor(spec.speaker_embedding, dtype=weight.dtype, device=weight.device)
+            if spec.reference_codes:
+                codes = torch.tensor(spec.reference_codes, dtype=torch.long, device=weight.device)
+                table[1:] = self.model.codec_embedding(codes[:, 0]) + self.code_predictor.residual_embeddings(
+                    codes[:, 1:]
+                )
+            state.voice_table = table
+        return state.voice_table
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embed_prompt_ids(input_ids.long())
@@ -229,6 +274,9 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         if prompt_index:  # decode steps skip the text path: their inputs come from the frames
             where = torch.tensor(prompt_index, dtype=torch.long, device=device)
             embeds[where] = self.embed_prompt_ids(ids[where])
+            voice = ids[where] >= self.voice_base
+            if bool(voice.any()):  # a cloned voice's prompt (prefill steps only)
+                self._add_voice(embeds, ids, starts, where[voice])
         codes = [torch.stack([state.frames[step] for _, state, step in known])] if known else []
         if new:
             made_codes = self._new_frames(ids, new, layout)

@@ -11,6 +11,16 @@ CustomVoice: ``[instruction] <|im_start|> assistant \\n``, then the codec prefix
 VoiceDesign is the same without a speaker, with the instruction describing the voice. Language
 "auto" puts no language id (nothink); a Chinese dialect speaker with "chinese"/"auto" gets its
 dialect's id. The 0.6B models ignore the instruction, as the official wrapper does.
+
+Base (voice cloning, :class:`VoiceClonePrompt`) puts the speaker embedding where a speaker id goes
+(a voice position, ``engine_ids``), and no instruction. x-vector only: then as CustomVoice. In
+context: after the codec prefix, the reference text and the text to speak (then ``tts_eos``) beside
+``codec_bos`` and the reference frames, as the official ``generate_icl_prompt``:
+
+* text given whole: every text token plus ``codec_pad``, then ``codec_bos`` and each reference
+  frame, each plus ``tts_pad``; generated steps add ``tts_pad``;
+* text streamed: text token ``i`` plus codec position ``i`` (``codec_bos``, then the frames), the
+  shorter side padded with ``tts_pad``; text tokens past the frames are the streamed text.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .configuration_qwen3_tts import Qwen3TTSConfig
-from .engine_ids import encode_prompt_id
+from .engine_ids import SPEAKER_SLOT, encode_prompt_id, encode_voice_id
 
 
 class SpeechRequestError(ValueError):
@@ -27,11 +37,28 @@ class SpeechRequestError(ValueError):
 
 
 @dataclass(frozen=True)
+class VoiceClonePrompt:
+    """A voice to clone (Base checkpoints), as the official ``VoiceClonePromptItem``: the speaker embedding of
+    the reference audio, and for in-context cloning its codes and transcript (``None``: x-vector only)."""
+
+    speaker_embedding: tuple[float, ...]
+    reference_codes: tuple[tuple[int, ...], ...] | None = None
+    reference_text: str | None = None
+
+    @property
+    def x_vector_only(self) -> bool:
+        return self.reference_codes is None
+
+
+@dataclass(frozen=True)
 class SpeechPrompt:
-    """A request turned into engine inputs: prompt ids and the per-step streamed text ids."""
+    """A request turned into engine inputs: prompt ids, the per-step streamed text ids, and the vectors of
+    its voice positions (a cloned voice)."""
 
     prompt_ids: list[int]
     trailing_text_ids: list[int] = field(default_factory=list)
+    speaker_embedding: tuple[float, ...] = ()
+    reference_codes: tuple[tuple[int, ...], ...] = ()
 
 
 class PromptBuilder:
@@ -43,10 +70,10 @@ class PromptBuilder:
         self.tokenizer = tokenizer
         self.max_prompt_positions = max_prompt_positions
         self.model_type = config.tts_model_type or "custom_voice"
-        if self.model_type not in ("custom_voice", "voice_design"):
+        if self.model_type not in ("custom_voice", "voice_design", "base"):
             raise SpeechRequestError(
-                f"this checkpoint is a {self.model_type!r} model; the talker serves 'custom_voice' and "
-                "'voice_design' checkpoints (voice cloning from reference audio is not supported)"
+                f"this checkpoint is a {self.model_type!r} model; the talker serves 'custom_voice', "
+                "'voice_design' and 'base' checkpoints"
             )
 
     def _ids(self, text: str) -> list[int]:
@@ -54,6 +81,9 @@ class PromptBuilder:
 
     def _pair(self, text_id: int, codec_id: int | None) -> int:
         return encode_prompt_id(text_id, codec_id, self.talker.text_vocab_size, self.talker.vocab_size)
+
+    def _voice(self, text_id: int, slot: int) -> int:
+        return encode_voice_id(text_id, slot, self.talker.text_vocab_size, self.talker.vocab_size)
 
     def language_id(self, language: str | None, speaker: str | None) -> int | None:
         name = (language or "auto").lower()
@@ -68,6 +98,13 @@ class PromptBuilder:
         return language_id
 
     def speaker_id(self, speaker: str | None) -> int | None:
+        if self.model_type == "base":
+            if speaker:
+                raise SpeechRequestError(
+                    f"a Base checkpoint has no preset speakers (got {speaker!r}): clone a voice from reference "
+                    "audio (ref_audio, ref_text) or give its speaker_embedding"
+                )
+            return None
         if self.model_type == "voice_design":
             if speaker:
                 raise SpeechRequestError(
@@ -86,12 +123,18 @@ class PromptBuilder:
         speaker: str | None = None,
         language: str | None = None,
         instruct: str | None = None,
-        non_streaming_mode: bool = True,
+        non_streaming_mode: bool | None = None,
+        voice: VoiceClonePrompt | None = None,
     ) -> SpeechPrompt:
+        """The prompt of one utterance. ``non_streaming_mode`` None: the official default of the model type
+        (text given whole for CustomVoice/VoiceDesign, streamed for Base's ``generate_voice_clone``)."""
         if not isinstance(text, str) or not text.strip():
             raise SpeechRequestError("the text to speak is empty")
         if self.model_type == "voice_design" and not instruct:
             raise SpeechRequestError("a VoiceDesign checkpoint needs `instruct`, the description of the voice")
+        self._check_voice(voice, instruct)
+        if non_streaming_mode is None:
+            non_streaming_mode = self.model_type != "base"
         speaker_id = self.speaker_id(speaker)
         language_id = self.language_id(language, speaker)
         size = self.config.tts_model_size
@@ -113,23 +156,72 @@ class PromptBuilder:
             codec = [talker.codec_think_id, talker.codec_think_bos_id, language_id, talker.codec_think_eos_id]
         if speaker_id is not None:
             codec.append(speaker_id)
+        elif voice is not None:
+            codec.append(None)  # the speaker embedding's voice position
         codec += [talker.codec_pad_id, talker.codec_bos_id]
         for index, codec_id in enumerate(codec[:-1]):
             text_id = cfg.tts_pad_token_id if index < len(codec) - 2 else cfg.tts_bos_token_id
-            prompt.append(self._pair(text_id, codec_id))
-        if non_streaming_mode:
+            prompt.append(self._voice(text_id, SPEAKER_SLOT) if codec_id is None else self._pair(text_id, codec_id))
+        if voice is not None and not voice.x_vector_only:
+            reference = self._ids(f"<|im_start|>assistant\n{voice.reference_text}<|im_end|>\n")[3:-2]
+            body, trailing = self._in_context(reference + text_ids + [cfg.tts_eos_token_id], voice, non_streaming_mode)
+            prompt += body
+        elif non_streaming_mode:
             prompt += [self._pair(t, talker.codec_pad_id) for t in text_ids]
             prompt += [
                 self._pair(cfg.tts_eos_token_id, talker.codec_pad_id),
                 self._pair(cfg.tts_pad_token_id, talker.codec_bos_id),
             ]
-            trailing: list[int] = []
+            trailing = []
         else:
             prompt.append(self._pair(text_ids[0], talker.codec_bos_id))
             trailing = [*text_ids[1:], cfg.tts_eos_token_id]
         if self.max_prompt_positions is not None and len(prompt) > self.max_prompt_positions:
             raise SpeechRequestError(
                 f"the prompt takes {len(prompt)} positions, more than the {self.max_prompt_positions} this engine "
-                "allows (max_model_len less room for frames): shorten the text or instruction, or raise max_model_len"
+                "allows (max_model_len less room for frames): shorten the text, instruction or reference audio, "
+                "or raise max_model_len"
             )
-        return SpeechPrompt(prompt, trailing)
+        if voice is None:
+            return SpeechPrompt(prompt, trailing)
+        return SpeechPrompt(prompt, trailing, voice.speaker_embedding, voice.reference_codes or ())
+
+    def _check_voice(self, voice: VoiceClonePrompt | None, instruct: str | None) -> None:
+        if self.model_type != "base":
+            if voice is not None:
+                raise SpeechRequestError(
+                    f"voice cloning needs a Base checkpoint; this one is {self.model_type!r}: use its speakers "
+                    "(CustomVoice) or describe the voice in `instruct` (VoiceDesign)"
+                )
+            return
+        if voice is None:
+            raise SpeechRequestError(
+                "a Base checkpoint clones a voice: give ref_audio (with ref_text, or x_vector_only_mode), a "
+                "speaker_embedding, or the name of an uploaded voice"
+            )
+        if instruct:
+            raise SpeechRequestError("a Base checkpoint takes no `instruct`: the reference audio gives the voice")
+        if not voice.x_vector_only and not (voice.reference_text or "").strip():
+            raise SpeechRequestError(
+                "in-context cloning needs ref_text, the transcript of the reference audio (or set x_vector_only_mode)"
+            )
+
+    def _in_context(
+        self, text: list[int], voice: VoiceClonePrompt, non_streaming_mode: bool
+    ) -> tuple[list[int], list[int]]:
+        """The in-context positions (``generate_icl_prompt``) and the streamed text left for generated steps."""
+        talker, cfg = self.talker, self.config
+        frames = len(voice.reference_codes or ())
+        if not frames:
+            raise SpeechRequestError("in-context cloning needs reference audio codes: the reference audio is empty")
+        # codec position 0 is codec_bos, position i >= 1 reference frame i - 1 (voice slot i).
+        codec = lambda i, text_id: (  # noqa: E731
+            self._pair(text_id, talker.codec_bos_id) if i == 0 else self._voice(text_id, i)
+        )
+        if non_streaming_mode:
+            body = [self._pair(t, talker.codec_pad_id) for t in text]
+            body += [codec(i, cfg.tts_pad_token_id) for i in range(frames + 1)]
+            return body, []
+        positions = frames + 1
+        padded = text[:positions] + [cfg.tts_pad_token_id] * max(0, positions - len(text))
+        return [codec(i, t) for i, t in enumerate(padded)], text[positions:]

@@ -27,6 +27,7 @@ it resumes, within :data:`MAX_PARKED_BYTES` and :data:`MAX_PARKED_SECONDS` (olde
 
 from __future__ import annotations
 
+import math
 import secrets
 import sys
 import time
@@ -36,6 +37,7 @@ from typing import Any
 
 import torch
 
+from .engine_ids import VOICE_SLOTS
 from .residual_sampler import ResidualSampling
 
 EXTRA_ARGS_KEY = "qwen3_tts"
@@ -58,11 +60,33 @@ class TalkerRequestSpec:
     subtalker_top_k: int = 50
     subtalker_top_p: float = 1.0
     seed: int | None = None
+    # A cloned voice (Base checkpoints): the vectors its voice positions add (``engine_ids``).
+    speaker_embedding: tuple[float, ...] = ()  # slot 0: the x-vector, talker hidden size
+    reference_codes: tuple[tuple[int, ...], ...] = ()  # slot j + 1: reference frame j, 16 codes
 
     def to_extra_args(self) -> dict[str, Any]:
         spec = asdict(self)
         spec["trailing_text_ids"] = list(self.trailing_text_ids)
+        spec["speaker_embedding"] = list(self.speaker_embedding)
+        spec["reference_codes"] = [list(frame) for frame in self.reference_codes]
         return {EXTRA_ARGS_KEY: spec}
+
+    def check_voice(self, hidden_size: int, groups: int, codebook_size: int) -> None:
+        """Raise ``ValueError`` unless the voice vectors fit the model (sizes, finite values, code ranges)."""
+        if self.speaker_embedding and (
+            len(self.speaker_embedding) != hidden_size or not all(math.isfinite(x) for x in self.speaker_embedding)
+        ):
+            raise ValueError(
+                f"speaker_embedding must be {hidden_size} finite numbers (the talker's hidden size), "
+                f"got {len(self.speaker_embedding)}"
+            )
+        if len(self.reference_codes) >= VOICE_SLOTS:
+            raise ValueError(f"at most {VOICE_SLOTS - 1} reference frames, got {len(self.reference_codes)}")
+        for index, frame in enumerate(self.reference_codes):
+            if len(frame) != groups or not all(0 <= code < codebook_size for code in frame):
+                raise ValueError(
+                    f"reference frame {index} must be {groups} codes in [0, {codebook_size}), got {list(frame)[:20]}"
+                )
 
     @classmethod
     def from_extra_args(cls, extra_args: dict[str, Any] | None) -> TalkerRequestSpec:
@@ -73,14 +97,25 @@ class TalkerRequestSpec:
                 "spec); build requests with vllm_omni.entrypoints.speech (CodecFrameGenerator or build_engine_request)"
             )
         try:
-            spec = cls(**{**raw, "trailing_text_ids": tuple(int(t) for t in raw.get("trailing_text_ids", ()))})
-        except TypeError as error:
+            spec = cls(
+                **{
+                    **raw,
+                    "trailing_text_ids": tuple(int(t) for t in raw.get("trailing_text_ids", ())),
+                    "speaker_embedding": tuple(float(x) for x in raw.get("speaker_embedding", ())),
+                    "reference_codes": tuple(tuple(int(c) for c in frame) for frame in raw.get("reference_codes", ())),
+                }
+            )
+        except (TypeError, ValueError) as error:
             raise ValueError(f"malformed talker request spec in extra_args[{EXTRA_ARGS_KEY!r}]: {error}") from None
         if not spec.request_key:
             raise ValueError("talker request spec: request_key must be a non-empty string")
-        if spec.repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {spec.repetition_penalty}")
-        if not spec.subtalker_greedy and not (spec.subtalker_temperature > 0 and 0 < spec.subtalker_top_p <= 1):
+        if not (math.isfinite(spec.repetition_penalty) and spec.repetition_penalty > 0):
+            raise ValueError(f"repetition_penalty must be a finite number > 0, got {spec.repetition_penalty}")
+        if not spec.subtalker_greedy and not (
+            math.isfinite(spec.subtalker_temperature)
+            and spec.subtalker_temperature > 0
+            and 0 < spec.subtalker_top_p <= 1
+        ):
             raise ValueError("subtalker sampling needs temperature > 0 and 0 < top_p <= 1")
         return spec
 
@@ -102,6 +137,7 @@ class TalkerRequestState:
     seed: int = 0
     history: torch.Tensor | None = None  # its row of RowTables.history while parked
     parked_at: float | None = None
+    voice_table: torch.Tensor | None = None  # [1 + reference frames, hidden]: its voice vectors, made once
 
     def __post_init__(self) -> None:
         # Distinct from the codebook-0 stream vLLM seeds with `seed`; 62 bits keep the int64 hash positive.
@@ -117,7 +153,7 @@ class TalkerRequestState:
         self.parked_at = time.monotonic()
 
     def nbytes(self) -> int:
-        held = [*self.frames, self.last_hidden, self.history]
+        held = [*self.frames, self.last_hidden, self.history, self.voice_table]
         return sum(t.element_size() * t.nelement() for t in held if t is not None)
 
 
