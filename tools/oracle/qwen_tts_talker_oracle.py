@@ -1,10 +1,15 @@
-"""Run the official qwen-tts talker (text -> codec frames): the numerical oracle for our vLLM talker.
+"""Run the official qwen-tts talker (text -> codec frames, reference audio -> speaker embedding): the
+numerical oracle for our vLLM talker and our speaker encoder.
 
 Needs the oracle venv (``make setup-oracle`` -> ``.venv-oracle``: qwen-tts 0.1.1 with its pinned
 transformers 4.57.3, which the main venv cannot import):
 
-    .venv-oracle/bin/python tools/oracle/qwen_tts_talker_oracle.py --checkpoint DIR \
+    .venv-oracle/bin/python tools/oracle/qwen_tts_talker_oracle.py [generate] --checkpoint DIR \
         --requests REQ.json --out OUT.json [--threads 1]
+    .venv-oracle/bin/python tools/oracle/qwen_tts_talker_oracle.py speaker-embedding --checkpoint DIR \
+        --audio AUDIO [AUDIO ...] --out OUT.npz [--threads 1]
+
+(``generate`` may be left out: the form callers used before ``speaker-embedding`` existed.)
 
 ``DIR`` is a checkpoint in the released layout (``config.json``, ``generation_config.json``,
 ``model.safetensors`` with ``talker.*`` tensors, the text tokenizer files), e.g. one written by
@@ -35,6 +40,18 @@ OUT.json: ``{"requests": [{"codes": [[16 ints] per frame], "input_ids": [...], "
 "torch": ..., "threads": n}``. ``input_ids``/``instruct_ids`` are the (flattened) token ids the
 official wrapper produced, so tokenization can be checked separately from generation;
 ``seconds`` is the wall time of the ``model.generate`` call.
+
+``speaker-embedding`` (a Base checkpoint: ``speaker_encoder.*`` is loaded strictly with the rest) runs
+``Qwen3TTSModel.create_voice_clone_prompt(ref_audio=[...], x_vector_only_mode=True)`` itself, so the
+official code loads each AUDIO (a file path: ``librosa.load(sr=None, mono=True)``; an ``.npz`` with
+``samples`` and ``sample_rate``: the ``(np.ndarray, sr)`` input), resamples it to 24 kHz
+(``librosa.resample``, soxr HQ) and calls ``extract_speaker_embedding``. The speech tokenizer it also
+calls for the reference codes is a stand-in returning no codes: x-vector mode drops them, and the
+codes are the speech tokenizer encoder's oracle's business. OUT.npz: ``embedding_{i}`` ``[enc_dim]``
+(from the prompt item), ``samples_24k_{i}`` (what ``extract_speaker_embedding`` received),
+``mel_{i}`` ``[frames, 128]`` (the official ``mel_spectrogram`` of those samples, as that method
+calls it), ``mel_basis`` (``librosa.filters.mel`` as ``mel_spectrogram`` calls it) and ``versions``
+(JSON).
 
 Behaviour of the official code worth knowing when comparing (qwen-tts 0.1.1):
   * ``generate`` forces ``min_new_tokens=2``, ``eos_token_id=codec_eos_token_id`` and suppresses
@@ -74,14 +91,10 @@ MERGE_KEYS = (
     "subtalker_temperature",
 )
 
-# Modules that `import qwen_tts` imports but that the CustomVoice/VoiceDesign talker path never
-# calls: audio I/O and resampling (librosa, soundfile), the speaker encoder's mel filterbank
-# (librosa.filters.mel, base model only) and the 25 Hz speech tokenizer (sox, onnxruntime,
-# torchaudio.compliance.kaldi). They are not installed in the oracle venv.
+# Modules that `import qwen_tts` imports but that neither the talker path nor the speaker-embedding path
+# calls: the 25 Hz speech tokenizer's (sox, onnxruntime, torchaudio.compliance.kaldi). They are not installed
+# in the oracle venv. (librosa and soundfile are: the Base model's reference-audio path needs them.)
 STUB_MODULES = (
-    "librosa",
-    "librosa.filters",
-    "soundfile",
     "sox",
     "onnxruntime",
     "torchaudio",
@@ -282,14 +295,7 @@ def run_request(wrapper, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", type=Path, required=True, help="checkpoint directory (released layout)")
-    parser.add_argument("--requests", type=Path, required=True, help="JSON list of requests")
-    parser.add_argument("--out", type=Path, required=True, help="where to write the results JSON")
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
-    args = parser.parse_args(argv)
-
+def run_generate(args: argparse.Namespace) -> int:
     official = import_official()
     import torch
 
@@ -322,6 +328,135 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0
+
+
+class CodesNotComputed:
+    """The speech tokenizer as ``create_voice_clone_prompt`` sees it, minus the codes: x-vector mode drops
+    them (``ref_code=None``), so ``encode`` only records what it was given."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    def encode(self, audios: Any, sr: int) -> types.SimpleNamespace:
+        count = len(audios) if isinstance(audios, list) else 1
+        self.calls.append((count, int(sr)))
+        return types.SimpleNamespace(audio_codes=[None] * count)
+
+
+def official_audio_input(path: Path) -> Any:
+    """A ``create_voice_clone_prompt`` input: a file path (str) or, for ``.npz``, ``(samples, sample_rate)``."""
+    import numpy as np
+
+    if path.suffix != ".npz":
+        return str(path)
+    with np.load(path) as arrays:
+        return arrays["samples"], int(arrays["sample_rate"])
+
+
+def speaker_embeddings(model, wrapper, audio: list[Path]) -> dict[str, Any]:
+    """The official embeddings of ``audio``, through ``create_voice_clone_prompt`` (see the module docstring)."""
+    import librosa
+    import numpy as np
+    from qwen_tts.core.models.modeling_qwen3_tts import mel_spectrogram
+
+    received: list[np.ndarray] = []
+    extract = model.extract_speaker_embedding
+
+    def recording_extract(audio, sr):  # the official method, its input kept
+        received.append(np.array(audio, dtype=np.float32, copy=True))
+        return extract(audio=audio, sr=sr)
+
+    model.extract_speaker_embedding = recording_extract
+    model.load_speech_tokenizer(CodesNotComputed())
+    items = wrapper.create_voice_clone_prompt(
+        ref_audio=[official_audio_input(path) for path in audio], x_vector_only_mode=True
+    )
+    if len(received) != len(audio) or len(items) != len(audio):
+        raise SystemExit(f"expected {len(audio)} embeddings, got {len(items)} items and {len(received)} extractions")
+
+    import torch
+
+    out: dict[str, Any] = {}
+    for index, (item, samples) in enumerate(zip(items, received, strict=True)):
+        out[f"embedding_{index}"] = item.ref_spk_embedding.float().cpu().numpy()
+        out[f"samples_24k_{index}"] = samples
+        # As extract_speaker_embedding calls it (qwen-tts 0.1.1), transposed to [frames, mels].
+        mel = mel_spectrogram(
+            torch.from_numpy(samples).unsqueeze(0),
+            n_fft=1024,
+            num_mels=128,
+            sampling_rate=24000,
+            hop_size=256,
+            win_size=1024,
+            fmin=0,
+            fmax=12000,
+        )
+        out[f"mel_{index}"] = mel[0].transpose(0, 1).numpy()
+        print(
+            f"[talker-oracle] {audio[index].name}: {samples.shape[0]} samples at 24 kHz, "
+            f"{out[f'mel_{index}'].shape[0]} frames, embedding {tuple(out[f'embedding_{index}'].shape)}",
+            flush=True,
+        )
+    # As mel_spectrogram calls it.
+    out["mel_basis"] = librosa.filters.mel(sr=24000, n_fft=1024, n_mels=128, fmin=0, fmax=12000)
+    out["librosa"] = librosa.__version__
+    return out
+
+
+def run_speaker_embedding(args: argparse.Namespace) -> int:
+    official = import_official()
+    import numpy as np
+    import soxr
+    import torch
+
+    torch.set_num_threads(args.threads)
+    model = load_model(official, args.checkpoint)
+    if model.speaker_encoder is None:
+        raise SystemExit(
+            f"{args.checkpoint}: tts_model_type {model.tts_model_type!r} has no speaker encoder (Base only)"
+        )
+    wrapper = load_wrapper(official, args.checkpoint, model)
+    out = speaker_embeddings(model, wrapper, args.audio)
+    versions = {
+        "qwen_tts": importlib.metadata.version("qwen-tts"),
+        "transformers": official.transformers.__version__,
+        "torch": torch.__version__,
+        "librosa": out.pop("librosa"),
+        "soxr": soxr.__version__,
+        "threads": args.threads,
+        "stubbed_modules": official.stubs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("wb") as handle:
+        np.savez(handle, versions=np.array(json.dumps(versions)), **out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    generate = commands.add_parser("generate", help="greedy/sampled codec frames of JSON requests")
+    generate.add_argument("--checkpoint", type=Path, required=True, help="checkpoint directory (released layout)")
+    generate.add_argument("--requests", type=Path, required=True, help="JSON list of requests")
+    generate.add_argument("--out", type=Path, required=True, help="where to write the results JSON")
+    generate.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    generate.set_defaults(run=run_generate)
+
+    speaker = commands.add_parser("speaker-embedding", help="speaker embeddings of reference audio (Base)")
+    speaker.add_argument("--checkpoint", type=Path, required=True, help="Base checkpoint directory (released layout)")
+    speaker.add_argument(
+        "--audio", type=Path, nargs="+", required=True, help="audio files, or .npz with samples and sample_rate"
+    )
+    speaker.add_argument("--out", type=Path, required=True, help="where to write the results .npz")
+    speaker.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    speaker.set_defaults(run=run_speaker_embedding)
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0].startswith("-"):
+        argv = ["generate", *argv]  # the subcommand-less form (see the module docstring)
+    args = parser.parse_args(argv)
+    return args.run(args)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,14 @@ No weights can be downloaded here, so tests and demos decode with this. The layo
 released ``Qwen/Qwen3-TTS-12Hz-*`` checkpoint::
 
     OUT/config.json                        a stub talker config, marked as random weights
-    OUT/speech_tokenizer/config.json       Qwen3TTSTokenizerV2Config (decoder geometry under decoder_config)
-    OUT/speech_tokenizer/model.safetensors decoder.* (random, non-trivial) + a few encoder.* tensors
+    OUT/speech_tokenizer/config.json       Qwen3TTSTokenizerV2Config (decoder_config + a Mimi encoder_config)
+    OUT/speech_tokenizer/model.safetensors decoder.* and encoder.* (random, non-trivial)
+    OUT/speech_tokenizer/preprocessor_config.json  the released feature extractor (official loaders need it)
 
-The encoder tensors are placeholders: the decoder loader must ignore ``encoder.*``.
+The encoder half (audio -> reference codes for voice cloning) has the geometry that matches the decoder's
+rate: the released Mimi encoder beside the released decoder (1920 samples per frame), a small one beside the
+small decoder (48). The decoder tensors do not depend on the encoder's: they are the same bytes as before
+the encoder was written.
 """
 
 from __future__ import annotations
@@ -27,9 +31,16 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
     Qwen3TTSTokenizerV2Decoder,
     Qwen3TTSTokenizerV2DecoderConfig,
 )
+from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.encoder_layout import (
+    RELEASED_ENCODER_CONFIG,
+    SMALL_ENCODER_CONFIG,
+    encoder_samples_per_frame,
+    encoder_state_shapes,
+)
 
 from ..checkpoint import CONFIG_FILE, DECODER_PREFIX, SPEECH_TOKENIZER_DIR, WEIGHTS_FILE
 from ..files import write_atomically
+from .random_encoder_weights import random_encoder_state
 from .random_weights import random_decoder_state
 
 logger = logging.getLogger(__name__)
@@ -39,6 +50,23 @@ GEOMETRIES = {
     "small": Qwen3TTSTokenizerV2DecoderConfig.small,
 }
 RANDOM_WEIGHTS_NOTE = "RANDOM WEIGHTS written by vllm_omni.edge.testing.make_checkpoint; not a trained model"
+ENCODER_PREFIX = "encoder."
+# Encoder geometries by samples per frame, which the encoder and the decoder must share.
+ENCODER_GEOMETRIES = {encoder_samples_per_frame(c): c for c in (RELEASED_ENCODER_CONFIG, SMALL_ENCODER_CONFIG)}
+PREPROCESSOR_CONFIG_FILE = "preprocessor_config.json"
+# The released speech tokenizer's preprocessor_config.json (transformers' EncodecFeatureExtractor).
+PREPROCESSOR_CONFIG = {
+    "chunk_length_s": None,
+    "feature_extractor_type": "EncodecFeatureExtractor",
+    "feature_size": 1,
+    "overlap": None,
+    "padding_side": "right",
+    "padding_value": 0.0,
+    "return_attention_mask": True,
+    "sampling_rate": 24000,
+}
+# The encoder's random weights draw from their own seed, so the decoder's stay what they were.
+ENCODER_SEED_OFFSET = 2
 
 
 def decoder_shapes(config: Qwen3TTSTokenizerV2DecoderConfig) -> dict[str, tuple[int, ...]]:
@@ -48,10 +76,22 @@ def decoder_shapes(config: Qwen3TTSTokenizerV2DecoderConfig) -> dict[str, tuple[
     return {name: tuple(t.shape) for name, t in decoder.state_dict().items()}
 
 
+def encoder_config_for(decoder_config: Qwen3TTSTokenizerV2DecoderConfig) -> dict:
+    """The Mimi ``encoder_config`` written beside a decoder: the one with the decoder's samples per frame."""
+    encoder_config = ENCODER_GEOMETRIES.get(decoder_config.total_upsample)
+    if encoder_config is None:
+        raise ValueError(
+            f"no random-weight encoder geometry makes {decoder_config.total_upsample} samples per frame "
+            f"(known: {sorted(ENCODER_GEOMETRIES)}); use the released or small decoder geometry"
+        )
+    return dict(encoder_config)
+
+
 def speech_tokenizer_config(decoder_config: Qwen3TTSTokenizerV2DecoderConfig) -> Qwen3TTSTokenizerV2Config:
     return Qwen3TTSTokenizerV2Config(
         decoder_config=decoder_config,
-        encoder_config={"model_type": "mimi", "note": RANDOM_WEIGHTS_NOTE},
+        encoder_config=encoder_config_for(decoder_config),
+        encoder_valid_num_quantizers=decoder_config.num_quantizers,
         decode_upsample_rate=decoder_config.total_upsample,
         encode_downsample_rate=decoder_config.total_upsample,
     )
@@ -79,21 +119,25 @@ def write_checkpoint(
     tokenizer_dir.mkdir(parents=True, exist_ok=True)
     if decoder_state is None:
         decoder_state = random_decoder_state(decoder_shapes(config), seed=seed, num_quantizers=config.num_quantizers)
-    generator = torch.Generator().manual_seed(seed + 1)
-    tensors = {f"{DECODER_PREFIX}{name}": t.contiguous() for name, t in decoder_state.items()}
-    # Placeholders for the encoder half, which the decoder loader must skip.
-    tensors["encoder.quantizer.semantic_residual_vector_quantizer.input_proj.weight"] = torch.randn(
-        8, 16, 1, generator=generator
+    tokenizer_config = speech_tokenizer_config(config)
+    encoder_state = random_encoder_state(
+        encoder_state_shapes(tokenizer_config.encoder_config), seed=seed + ENCODER_SEED_OFFSET
     )
-    tensors["encoder.encoder.layers.0.conv.weight"] = torch.randn(4, 1, 7, generator=generator)
+    tensors = {f"{DECODER_PREFIX}{name}": t.contiguous() for name, t in decoder_state.items()}
+    tensors.update({f"{ENCODER_PREFIX}{name}": t.contiguous() for name, t in encoder_state.items()})
 
     write_atomically(
-        tokenizer_dir / WEIGHTS_FILE, lambda path: save_file(tensors, str(path), metadata={"note": RANDOM_WEIGHTS_NOTE})
+        tokenizer_dir / WEIGHTS_FILE,
+        lambda path: save_file(tensors, str(path), metadata={"format": "pt", "note": RANDOM_WEIGHTS_NOTE}),
     )
-    tokenizer_config = speech_tokenizer_config(config).to_dict()
-    tokenizer_config["note"] = RANDOM_WEIGHTS_NOTE
-    tokenizer_config["random_weights"] = {"geometry": geometry if isinstance(geometry, str) else "custom", "seed": seed}
-    write_atomically(tokenizer_dir / CONFIG_FILE, lambda path: path.write_text(json.dumps(tokenizer_config, indent=2)))
+    config_values = tokenizer_config.to_dict()
+    config_values["note"] = RANDOM_WEIGHTS_NOTE
+    config_values["random_weights"] = random_weights_stamp(geometry if isinstance(geometry, str) else "custom", seed)
+    write_atomically(
+        tokenizer_dir / PREPROCESSOR_CONFIG_FILE,
+        lambda path: path.write_text(json.dumps(PREPROCESSOR_CONFIG, indent=2)),
+    )
+    write_atomically(tokenizer_dir / CONFIG_FILE, lambda path: path.write_text(json.dumps(config_values, indent=2)))
     if talker is not None:
         from .talker_checkpoint import write_talker_files  # needs the `tokenizers` library
 
@@ -108,6 +152,11 @@ def write_checkpoint(
     return out
 
 
+def random_weights_stamp(geometry: str, seed: int) -> dict:
+    """What a checkpoint's config records about how it was written; ``encoder``: it holds a real encoder half."""
+    return {"geometry": geometry, "seed": seed, "encoder": True}
+
+
 def ensure_checkpoint(out: str | os.PathLike[str], geometry: str = "small", seed: int = 0) -> Path:
     """Like :func:`write_checkpoint`, but keep a complete checkpoint of the same geometry and seed."""
     out = Path(out)
@@ -117,7 +166,7 @@ def ensure_checkpoint(out: str | os.PathLike[str], geometry: str = "small", seed
             stamp = json.loads(config_path.read_text()).get("random_weights")
         except json.JSONDecodeError:
             stamp = None
-        if stamp == {"geometry": geometry, "seed": seed}:
+        if stamp == random_weights_stamp(geometry, seed):
             logger.info("reusing the random-weight checkpoint at %s", out)
             return out
     return write_checkpoint(out, geometry, seed)
@@ -136,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--talker-type",
-        choices=["custom_voice", "voice_design"],
+        choices=["custom_voice", "voice_design", "base"],
         default="custom_voice",
-        help="CustomVoice (preset speakers) or VoiceDesign (voice described by the instruction)",
+        help="CustomVoice (preset speakers), VoiceDesign (voice described by the instruction) or Base (voice cloning)",
     )
     args = parser.parse_args(argv)
     path = write_checkpoint(args.out, args.geometry, args.seed, talker=args.talker, talker_type=args.talker_type)

@@ -1,11 +1,13 @@
 """Write the talker half of a random-weight Qwen3-TTS checkpoint (config, weights, tokenizer).
 
-The released ``Qwen/Qwen3-TTS-12Hz-*-{CustomVoice,VoiceDesign}`` directories hold, beside
+The released ``Qwen/Qwen3-TTS-12Hz-*-{CustomVoice,VoiceDesign,Base}`` directories hold, beside
 ``speech_tokenizer/``::
 
-    config.json              Qwen3TTSConfig: talker_config (+ code_predictor_config), special ids
+    config.json              Qwen3TTSConfig: talker_config (+ code_predictor_config), special ids;
+                             Base: speaker_encoder_config too
     generation_config.json   sampling defaults of the official ``generate``
-    model.safetensors        talker.* tensors (the talker LM, text/codec embeddings, code predictor)
+    model.safetensors        talker.* tensors (the talker LM, text/codec embeddings, code predictor);
+                             Base: speaker_encoder.* too (the ECAPA-TDNN speaker encoder)
     tokenizer.json, vocab.json, merges.txt, tokenizer_config.json   the Qwen2 BPE text tokenizer
 
 No weights can be downloaded here, so this writes that layout with RANDOM WEIGHTS. The codec ids
@@ -18,6 +20,12 @@ Geometries (``TALKER_GEOMETRIES``): ``tiny`` (CI: hidden 128, 2 layers, head_dim
 attention needs) and ``0.6b`` (the released 0.6B sizes, read from the public
 ``Qwen3-TTS-12Hz-0.6B-CustomVoice`` config: hidden 1024, 28 layers, 16/8 heads, head_dim 128,
 intermediate 3072, text vocab 151,936 at width 2048; code predictor 1024 wide, 5 layers).
+
+A Base checkpoint's speaker encoder has ``enc_dim`` = the talker's hidden size (its embedding takes the
+place of a speaker's codec embedding). At ``0.6b`` it has the released sizes (the public
+``Qwen3-TTS-12Hz-0.6B-Base`` config sets only ``enc_dim: 1024`` and ``sample_rate: 24000``, the rest are
+the official class defaults: channels 512/512/512/512/1536, kernels 5/3/3/3/1, dilations 1/2/3/4/1,
+attention 128, Res2Net scale 8, SE 128); ``tiny`` is 8x narrower (64/64/64/64/192, attention and SE 32).
 """
 
 from __future__ import annotations
@@ -126,6 +134,10 @@ class TalkerGeometry:
     predictor_intermediate_size: int
     tts_model_size: str
     bpe_vocab_size: int = 480
+    # The Base checkpoint's speaker encoder (enc_dim is hidden_size); defaults: the released sizes.
+    speaker_channels: tuple[int, ...] = (512, 512, 512, 512, 1536)
+    speaker_attention_channels: int = 128
+    speaker_se_channels: int = 128
 
 
 TALKER_GEOMETRIES = {
@@ -147,6 +159,9 @@ TALKER_GEOMETRIES = {
         predictor_head_dim=32,
         predictor_intermediate_size=128,
         tts_model_size="1b7",
+        speaker_channels=(64, 64, 64, 64, 192),
+        speaker_attention_channels=32,
+        speaker_se_channels=32,
     ),
     "0.6b": TalkerGeometry(
         hidden_size=1024,
@@ -171,6 +186,16 @@ TALKER_GEOMETRIES = {
 CODEC_VOCAB_SIZE = 3072
 CODEBOOK_SIZE = 2048
 NUM_CODE_GROUPS = 16
+# The official Qwen3TTSSpeakerEncoderConfig defaults, which released Base configs leave implicit.
+SPEAKER_ENCODER_DEFAULTS: dict[str, Any] = {
+    "mel_dim": 128,
+    "enc_channels": [512, 512, 512, 512, 1536],
+    "enc_kernel_sizes": [5, 3, 3, 3, 1],
+    "enc_dilations": [1, 2, 3, 4, 1],
+    "enc_attention_channels": 128,
+    "enc_res2net_scale": 8,
+    "enc_se_channels": 128,
+}
 
 
 def build_text_tokenizer(vocab_size: int = 480) -> Any:
@@ -197,13 +222,13 @@ def build_text_tokenizer(vocab_size: int = 480) -> Any:
     return tokenizer
 
 
-TALKER_MODEL_TYPES = ("custom_voice", "voice_design")
+TALKER_MODEL_TYPES = ("custom_voice", "voice_design", "base")
 
 
 def talker_config(
     geometry: TalkerGeometry, special_ids: dict[str, int], text_vocab_size: int, model_type: str = "custom_voice"
 ) -> dict[str, Any]:
-    """The root ``config.json`` of a CustomVoice (preset speakers) or VoiceDesign (none) checkpoint."""
+    """The root ``config.json`` of a CustomVoice (preset speakers), VoiceDesign or Base (none) checkpoint."""
     speakers = dict(SPEAKER_IDS) if model_type == "custom_voice" else {}
     predictor = {
         "model_type": "qwen3_tts_talker_code_predictor",
@@ -251,7 +276,7 @@ def talker_config(
         "spk_is_dialect": {name: SPEAKER_DIALECTS[name] for name in speakers},
         "code_predictor_config": predictor,
     }
-    return {
+    config = {
         "architectures": ["Qwen3TTSForConditionalGeneration"],
         "model_type": "qwen3_tts",
         "tokenizer_type": "qwen3_tts_tokenizer_12hz",
@@ -261,6 +286,69 @@ def talker_config(
         "talker_config": talker,
         "note": RANDOM_WEIGHTS_NOTE,
     }
+    if model_type == "base":
+        config["speaker_encoder_config"] = speaker_encoder_config(geometry)
+    return config
+
+
+def speaker_encoder_config(geometry: TalkerGeometry) -> dict[str, Any]:
+    """A Base checkpoint's ``speaker_encoder_config``: as released (``enc_dim``, ``sample_rate``), plus the
+    fields where ``geometry`` leaves the official defaults."""
+    sizes = {
+        **SPEAKER_ENCODER_DEFAULTS,
+        "enc_channels": list(geometry.speaker_channels),
+        "enc_attention_channels": geometry.speaker_attention_channels,
+        "enc_se_channels": geometry.speaker_se_channels,
+    }
+    changed = {name: value for name, value in sizes.items() if value != SPEAKER_ENCODER_DEFAULTS[name]}
+    return {"enc_dim": geometry.hidden_size, "sample_rate": 24000, **changed}
+
+
+def speaker_encoder_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """``{name: shape}`` of every ``speaker_encoder.*`` tensor of a Base checkpoint with this root config.
+
+    The layout of the official ECAPA-TDNN: ``blocks.0`` (TDNN), ``blocks.1..`` (SE-Res2Net: ``tdnn1``,
+    ``res2net_block.blocks.*``, ``tdnn2``, ``se_block.conv1/conv2``), ``mfa``, ``asp`` (``tdnn``, ``conv``), ``fc``.
+    """
+    values = {**SPEAKER_ENCODER_DEFAULTS, **config["speaker_encoder_config"]}
+    channels, kernels = values["enc_channels"], values["enc_kernel_sizes"]
+    scale, se, attention = values["enc_res2net_scale"], values["enc_se_channels"], values["enc_attention_channels"]
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def conv(name: str, out_channels: int, in_channels: int, kernel: int = 1) -> None:
+        shapes[f"speaker_encoder.{name}.weight"] = (out_channels, in_channels, kernel)
+        shapes[f"speaker_encoder.{name}.bias"] = (out_channels,)
+
+    conv("blocks.0.conv", channels[0], values["mel_dim"], kernels[0])
+    for index in range(1, len(channels) - 1):
+        width, block = channels[index], f"blocks.{index}"
+        conv(f"{block}.tdnn1.conv", width, channels[index - 1])
+        for branch in range(scale - 1):
+            conv(f"{block}.res2net_block.blocks.{branch}.conv", width // scale, width // scale, kernels[index])
+        conv(f"{block}.tdnn2.conv", width, width)
+        conv(f"{block}.se_block.conv1", se, width)
+        conv(f"{block}.se_block.conv2", width, se)
+    conv("mfa.conv", channels[-1], channels[-1], kernels[-1])
+    conv("asp.tdnn.conv", attention, 3 * channels[-1])
+    conv("asp.conv", channels[-1], attention)
+    conv("fc", values["enc_dim"], 2 * channels[-1])
+    return shapes
+
+
+def random_speaker_encoder_state(shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random float32 convolution weights (unit variance over the fan-in) and biases of about 0.1,
+    deterministic in ``seed``: embeddings come out O(1) (the log-mels going in are O(10)), so a 1e-4 bar
+    is a relative one of about 1e-5."""
+    generator = torch.Generator().manual_seed(seed)
+    state: dict[str, torch.Tensor] = {}
+    for name in sorted(shapes):
+        shape = shapes[name]
+        if name.endswith(".bias"):
+            tensor = 0.1 * torch.randn(shape, generator=generator)
+        else:
+            tensor = torch.randn(shape, generator=generator) / math.sqrt(math.prod(shape[1:]))
+        state[name] = tensor.float().contiguous()
+    return state
 
 
 def talker_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -352,6 +440,8 @@ def write_talker_files(out: Path, geometry: str = "tiny", seed: int = 0, model_t
     config["random_weights"] = {"talker_geometry": geometry, "seed": seed, "model_type": model_type}
 
     state = random_talker_state(talker_shapes(config), seed=seed + 7)
+    if model_type == "base":
+        state |= random_speaker_encoder_state(speaker_encoder_shapes(config), seed=seed + 11)
     write_atomically(
         out / "model.safetensors", lambda path: save_file(state, str(path), metadata={"note": RANDOM_WEIGHTS_NOTE})
     )

@@ -150,6 +150,50 @@ class Qwen3TTSTalkerConfig(PretrainedConfig):
         return self.code_predictor_config.vocab_size
 
 
+class Qwen3TTSSpeakerEncoderConfig(PretrainedConfig):
+    """The Base (voice-clone) checkpoint's speaker encoder: an ECAPA-TDNN from 128 log-mels to one vector.
+
+    Field names and defaults are the official ``Qwen3TTSSpeakerEncoderConfig``'s; released configs set
+    only ``enc_dim`` (the talker's hidden size: 1024 at 0.6B, 2048 at 1.7B) and ``sample_rate``.
+
+    mel_dim: log-mel bands in (the official feature extraction is fixed at 128).
+    enc_dim: width of the speaker embedding out.
+    enc_channels: the initial TDNN's width, the SE-Res2Net blocks' widths, and the multi-layer feature
+        aggregation's width last (the sum of the blocks' widths, as their outputs are concatenated).
+    enc_kernel_sizes, enc_dilations: per layer of ``enc_channels``.
+    enc_attention_channels: width of the attentive statistics pooling's attention.
+    enc_res2net_scale: branches of each Res2Net block (widths must divide by it).
+    enc_se_channels: bottleneck width of each squeeze-excitation.
+    sample_rate: the rate, in Hz, of the audio the features are computed from.
+    """
+
+    model_type = "qwen3_tts_speaker_encoder"
+
+    def __init__(
+        self,
+        mel_dim: int = 128,
+        enc_dim: int = 1024,
+        enc_channels: list[int] | tuple[int, ...] = (512, 512, 512, 512, 1536),
+        enc_kernel_sizes: list[int] | tuple[int, ...] = (5, 3, 3, 3, 1),
+        enc_dilations: list[int] | tuple[int, ...] = (1, 2, 3, 4, 1),
+        enc_attention_channels: int = 128,
+        enc_res2net_scale: int = 8,
+        enc_se_channels: int = 128,
+        sample_rate: int = 24000,
+        **kwargs: Any,
+    ) -> None:
+        self.mel_dim = mel_dim
+        self.enc_dim = enc_dim
+        self.enc_channels = list(enc_channels)
+        self.enc_kernel_sizes = list(enc_kernel_sizes)
+        self.enc_dilations = list(enc_dilations)
+        self.enc_attention_channels = enc_attention_channels
+        self.enc_res2net_scale = enc_res2net_scale
+        self.enc_se_channels = enc_se_channels
+        self.sample_rate = sample_rate
+        super().__init__(**kwargs)
+
+
 # Talker LM sizes the engine view carries over unchanged (vocabulary and RoPE are the engine's own).
 ENGINE_LM_FIELDS = (
     "hidden_size",
@@ -175,11 +219,15 @@ class Qwen3TTSConfig(PretrainedConfig):
     """Root config of a Qwen3-TTS checkpoint (``model_type: qwen3_tts``)."""
 
     model_type = "qwen3_tts"
-    sub_configs = {"talker_config": Qwen3TTSTalkerConfig}  # noqa: RUF012 (transformers reads it from the class)
+    sub_configs = {  # noqa: RUF012 (transformers reads it from the class)
+        "talker_config": Qwen3TTSTalkerConfig,
+        "speaker_encoder_config": Qwen3TTSSpeakerEncoderConfig,
+    }
 
     def __init__(
         self,
         talker_config: dict[str, Any] | Qwen3TTSTalkerConfig | None = None,
+        speaker_encoder_config: dict[str, Any] | Qwen3TTSSpeakerEncoderConfig | None = None,
         tokenizer_type: str | None = None,
         tts_model_size: str | None = None,
         tts_model_type: str | None = None,
@@ -202,7 +250,11 @@ class Qwen3TTSConfig(PretrainedConfig):
         self.tts_pad_token_id = tts_pad_token_id
         self.tts_bos_token_id = tts_bos_token_id
         self.tts_eos_token_id = tts_eos_token_id
-        kwargs.pop("speaker_encoder_config", None)  # only the voice-clone (Base) model has one
+        # Only the voice-clone (Base) checkpoint has one; None elsewhere.
+        if speaker_encoder_config is None or isinstance(speaker_encoder_config, Qwen3TTSSpeakerEncoderConfig):
+            self.speaker_encoder_config = speaker_encoder_config
+        else:
+            self.speaker_encoder_config = Qwen3TTSSpeakerEncoderConfig(**speaker_encoder_config)
         super().__init__(**kwargs)
 
     def engine_text_config(self) -> Qwen3TTSEngineTextConfig:

@@ -1,4 +1,4 @@
-"""Typed errors of the 12 Hz speech-tokenizer decoder.
+"""Typed errors of the 12 Hz speech tokenizer (its decoder and its encoder).
 
 All derive from ``ValueError`` so callers that only know the standard library still catch them,
 and from :class:`vllm_omni.errors.EdgeError` so the edge command lines report them as one
@@ -18,3 +18,15 @@ class InvalidCodesError(EdgeError, ValueError):
 
 class DecoderWeightsError(EdgeError, ValueError):
     """Checkpoint tensors that do not fit the decoder built from its config (names, shapes, values)."""
+
+
+class EncoderConfigError(EdgeError, ValueError):
+    """The speech tokenizer's ``encoder_config`` (a Mimi config) is missing, impossible, or disagrees with the rest."""
+
+
+class EncoderWeightsError(EdgeError, ValueError):
+    """Checkpoint ``encoder.*`` tensors that do not fit the encoder built from its config (names, shapes)."""
+
+
+class InvalidAudioError(EdgeError, ValueError):
+    """Audio handed to the encoder does not fit its contract (a non-empty, finite float32 mono array)."""
