@@ -234,8 +234,10 @@ def run_request(wrapper, request: dict[str, Any]) -> dict[str, Any]:
 
     self = wrapper
     model_type = self.model.tts_model_type
+    if model_type == "base":
+        return run_voice_clone(wrapper, request, kwargs)
     if model_type not in ("custom_voice", "voice_design"):
-        raise SystemExit(f"tts_model_type {model_type!r}: only custom_voice and voice_design are supported")
+        raise SystemExit(f"tts_model_type {model_type!r}: only custom_voice, voice_design and base are supported")
 
     texts = self._ensure_list(text)
     languages = (
@@ -295,6 +297,66 @@ def run_request(wrapper, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def run_voice_clone(wrapper, request: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """One Base request: ``create_voice_clone_prompt`` (the official audio loading, speaker encoder and speech
+    tokenizer encoder), then the body of ``generate_voice_clone`` (qwen-tts 0.1.1) for a single text, up to
+    and including ``self.model.generate(...)``; keep it line for line in step with them.
+
+    Request fields beyond ``generate``'s: ``ref_audio`` (a path, or an ``.npz`` of ``samples`` and
+    ``sample_rate``), ``ref_text`` (or null), ``x_vector_only_mode`` (bool).
+    """
+    import torch
+
+    self = wrapper
+    if self.model.speech_tokenizer is None:
+        raise SystemExit("a Base request needs the speech tokenizer: run with a checkpoint that has speech_tokenizer/")
+    items = self.create_voice_clone_prompt(
+        ref_audio=official_audio_input(Path(request["ref_audio"])),
+        ref_text=request.get("ref_text"),
+        x_vector_only_mode=bool(request.get("x_vector_only_mode", False)),
+    )
+    language = request.get("language")
+    texts = self._ensure_list(request["text"])
+    languages = [language] * len(texts) if language is not None else ["Auto"] * len(texts)
+    self._validate_languages(languages)
+    voice_clone_prompt_dict = self._prompt_items_to_voice_clone_prompt(items)
+    ref_texts_for_ids = [it.ref_text for it in items]
+    input_ids = self._tokenize_texts([self._build_assistant_text(t) for t in texts])
+    ref_ids = []
+    for rt in ref_texts_for_ids:
+        ref_ids.append(None if rt is None or rt == "" else self._tokenize_texts([self._build_ref_text(rt)])[0])
+    gen_kwargs = self._merge_generate_kwargs(**kwargs)
+
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    talker_codes_list, _ = self.model.generate(
+        input_ids=input_ids,
+        ref_ids=ref_ids,
+        voice_clone_prompt=voice_clone_prompt_dict,
+        languages=languages,
+        non_streaming_mode=bool(request["non_streaming_mode"]),
+        **gen_kwargs,
+    )
+    seconds = time.perf_counter() - start
+    item = items[0]
+    return {
+        "codes": talker_codes_list[0].tolist(),
+        "input_ids": input_ids[0].flatten().tolist(),
+        "instruct_ids": None,
+        "speaker_embedding": item.ref_spk_embedding.float().flatten().tolist(),
+        "reference_codes": None if item.ref_code is None else item.ref_code.tolist(),
+        "seconds": seconds,
+        "generate_kwargs": gen_kwargs,
+    }
+
+
+def attach_speech_tokenizer(model, checkpoint: Path) -> None:
+    """The official speech tokenizer of ``checkpoint/speech_tokenizer``, as ``from_pretrained`` attaches it."""
+    from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer
+
+    model.load_speech_tokenizer(Qwen3TTSTokenizer.from_pretrained(str(checkpoint / "speech_tokenizer")))
+
+
 def run_generate(args: argparse.Namespace) -> int:
     official = import_official()
     import torch
@@ -305,6 +367,8 @@ def run_generate(args: argparse.Namespace) -> int:
         raise SystemExit(f"{args.requests}: expected a JSON list of requests")
 
     model = load_model(official, args.checkpoint)
+    if model.tts_model_type == "base":
+        attach_speech_tokenizer(model, args.checkpoint)
     wrapper = load_wrapper(official, args.checkpoint, model)
 
     results = []

@@ -1,0 +1,152 @@
+"""Voice cloning on a Base checkpoint: vLLM's frames equal the official ``generate_voice_clone``, code for code.
+
+A random-weight Base checkpoint (tiny talker, released-geometry speech tokenizer: 12.5 frames per second
+of reference audio, as released) with its speaker encoder and tokenizer encoder; the official qwen-tts
+runs in ``.venv-oracle`` on the same directory. Two reference voices (espeak-ng speech at 22.05 kHz,
+``tests/fixtures/voices``) x two texts x both modes (in context, x-vector only), alone and batched.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vllm_omni.entrypoints.speech import CodecFrameGenerator, SpeechRequest, SpeechRequestError
+
+pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "voices"
+VOICES = {
+    "a": ("ref_a_22k.wav", "The quick brown fox jumps over the lazy dog near the river bank."),
+    "b": ("ref_b_22k.wav", "She sells sea shells by the sea shore every summer morning."),
+}
+TEXTS = {"hello": "Hello there, this is a cloned voice.", "morning": "Good morning, how are you today?"}
+MODES = ("in_context", "x_vector")
+CASES = [(voice, text, mode) for voice in VOICES for text in TEXTS for mode in MODES]
+FRAMES = 50
+
+
+def case_id(case: tuple[str, str, str]) -> str:
+    return "-".join(case)
+
+
+@pytest.fixture(scope="module")
+def base_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+
+    out = tmp_path_factory.mktemp("base") / "ckpt"
+    return write_checkpoint(out, "released", 0, talker="tiny", talker_type="base")
+
+
+@pytest.fixture(scope="module")
+def official(repo_root: Path, base_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The official talker's frames, speaker embedding and reference codes of every case."""
+    python, script = repo_root / ".venv-oracle/bin/python", repo_root / "tools/oracle/qwen_tts_talker_oracle.py"
+    if not python.exists():
+        pytest.fail(f"the oracle venv is missing ({python}); build it with `make setup-oracle`")
+    work = tmp_path_factory.mktemp("voice-oracle")
+    requests = [
+        {
+            "text": TEXTS[text],
+            "language": "English",
+            "non_streaming_mode": False,  # generate_voice_clone's default
+            "max_new_tokens": FRAMES + 1,
+            "greedy": True,
+            "ref_audio": str(FIXTURES / VOICES[voice][0]),
+            "ref_text": VOICES[voice][1] if mode == "in_context" else None,
+            "x_vector_only_mode": mode == "x_vector",
+        }
+        for voice, text, mode in CASES
+    ]
+    (work / "requests.json").write_text(json.dumps(requests))
+    command = [str(python), str(script), "generate", "--checkpoint", str(base_checkpoint)]
+    command += ["--requests", str(work / "requests.json"), "--out", str(work / "oracle.json")]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads((work / "oracle.json").read_text())["requests"]
+    return dict(zip(CASES, results, strict=True))
+
+
+@pytest.fixture(scope="module")
+def generator(base_checkpoint: Path, talker_engine_settings: dict):
+    generator = CodecFrameGenerator(base_checkpoint, **talker_engine_settings)
+    yield generator
+    generator.shutdown()
+
+
+@pytest.fixture(scope="module")
+def voices(generator) -> dict:
+    """Each reference voice in each mode, encoded once (as the server's uploaded voices are)."""
+    return {
+        (voice, mode): generator.voice_prompt(
+            SpeechRequest(
+                text=".",
+                ref_audio=FIXTURES / VOICES[voice][0],
+                ref_text=VOICES[voice][1] if mode == "in_context" else None,
+                x_vector_only_mode=mode == "x_vector",
+            )
+        )
+        for voice in VOICES
+        for mode in MODES
+    }
+
+
+def cloned(case: tuple[str, str, str], voices: dict) -> SpeechRequest:
+    voice, text, mode = case
+    return SpeechRequest(
+        text=TEXTS[text], language="English", voice=voices[(voice, mode)], max_frames=FRAMES, greedy=True
+    )
+
+
+@pytest.fixture(scope="module")
+def alone(generator, voices) -> dict:
+    return {case: generator.generate([cloned(case, voices)])[0] for case in CASES}
+
+
+def test_the_encoders_make_the_official_voice(voices, official):
+    for (voice, _, mode), result in official.items():
+        ours = voices[(voice, mode)]
+        difference = np.abs(np.asarray(ours.speaker_embedding) - np.asarray(result["speaker_embedding"])).max()
+        assert difference <= 1e-4, f"{voice}/{mode}: speaker embedding max abs {difference:.3g}"
+        if mode == "x_vector":
+            assert ours.reference_codes is None and result["reference_codes"] is None
+        else:
+            np.testing.assert_array_equal(np.asarray(ours.reference_codes), np.asarray(result["reference_codes"]))
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_cloned_voice_frames_equal_the_official_talker(case, alone, official):
+    ours, theirs = alone[case], np.asarray(official[case]["codes"], dtype=np.int64)
+    assert theirs.shape == (FRAMES, 16), "the oracle must produce the frames it is compared on"
+    mismatch = np.argwhere(ours != theirs) if ours.shape == theirs.shape else [[-1]]
+    assert ours.shape == theirs.shape and len(mismatch) == 0, f"first mismatch at frame/codebook {mismatch[0]}"
+
+
+def test_batched_cloned_voices_equal_each_alone(generator, voices, alone):
+    together = generator.generate([cloned(case, voices) for case in CASES])
+    for case, frames in zip(CASES, together, strict=True):
+        np.testing.assert_array_equal(frames, alone[case], err_msg=case_id(case))
+
+
+def test_bad_voice_requests_say_what_to_send(generator, voices):
+    size = generator.config.talker_config.hidden_size
+    wav = FIXTURES / VOICES["a"][0]
+    refusals = {
+        "ref_text is the transcript of ref_audio": SpeechRequest(text="Hi.", ref_text="words"),
+        "needs ref_text": SpeechRequest(text="Hi.", ref_audio=wav),
+        f"speaker_embedding must be {size} finite numbers": SpeechRequest(text="Hi.", speaker_embedding=[0.0] * 3),
+        "ref_audio: ": SpeechRequest(text="Hi.", ref_audio=b"not audio at all", x_vector_only_mode=True),
+        "no preset speakers": SpeechRequest(text="Hi.", speaker="Ryan", voice=voices[("a", "x_vector")]),
+        "clones a voice": SpeechRequest(text="Hi."),
+    }
+    for expected, request in refusals.items():
+        with pytest.raises(SpeechRequestError, match=expected.replace("(", r"\(")):
+            generator.build_request(request)
+    embedding = list(voices[("a", "x_vector")].speaker_embedding)  # a precomputed embedding: x-vector only
+    same = generator.generate([SpeechRequest(text=TEXTS["hello"], language="English", speaker_embedding=embedding,
+                                             max_frames=FRAMES, greedy=True)])[0]  # fmt: skip
+    np.testing.assert_array_equal(same, generator.generate([cloned(("a", "hello", "x_vector"), voices)])[0])
