@@ -27,11 +27,11 @@ from vllm_omni.edge.audio import float_to_pcm16, snr_db
 from vllm_omni.edge.plan.model import ExecPlan
 from vllm_omni.edge.stream import FrameBatch, iter_events
 
+from .serving import KEY, running_server
+
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
-KEY = "test-key-123"
-SERVE_ARGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "512", "--block-size", "32"]
-SERVE_ARGS += ["--gpu-memory-utilization", "0.3", "--kv-cache-memory-bytes", str(64 << 20)]
+SERVE_ARGS = []
 # Both OpenAI's model name and ours are served; short WebSocket limits, so the tests can reach them.
 SERVED_NAMES = ["qwen3-tts", "tts-1"]
 LIMITS = {"socket-idle-s": 3, "socket-max-s": 25, "socket-max-queued-chars": 2000, "max-instructions-chars": 500}
@@ -41,72 +41,16 @@ HELLO = {"input": "Hello there, this is a test.", "voice": "Ryan", "language": "
 OTHER = {"input": "Good morning, how are you?", "voice": "Vivian", "language": "Auto", "greedy": True}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Server:
-    def __init__(self, url: str, artifacts: Path, process: subprocess.Popen, log: Path) -> None:
-        self.url, self.artifacts, self.process, self.log = url, artifacts, process, log
-
-    def request(self, path: str, body: dict | None = None, key: str | None = KEY, headers: dict | None = None):
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, headers=dict(headers or {}))
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
-        if key:
-            request.add_header("Authorization", f"Bearer {key}")
-        return urllib.request.urlopen(request, timeout=120)
-
-    def error(self, path: str, body: dict | None = None, key: str | None = KEY) -> tuple[int, str]:
-        with pytest.raises(urllib.error.HTTPError) as info:
-            self.request(path, body, key)
-        return info.value.code, info.value.read().decode()
-
-    def codec_frames(self, body: dict) -> np.ndarray:
-        with self.request("/v1/audio/speech", {**body, "response_format": "codec", "edge_hardware": "cpu_x86_64"}) as r:
-            events = list(iter_events(io.BytesIO(r.read())))
-        frames = [event.frames for event in events if isinstance(event, FrameBatch) and len(event.frames)]
-        return np.concatenate(frames) if frames else np.zeros((0, 16), dtype=np.int64)
-
-
 @pytest.fixture(scope="module")
 def server(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, shared_plans):
     work = tmp_path_factory.mktemp("serve")
-    port, log = free_port(), work / "server.log"
-    vllm = Path(sys.executable).parent / "vllm"
     # rockchip_npu: the plan the Rockchip tests compiled for this checkpoint, validated and kept at start-up;
     # without it (the vLLM pass alone) the server compiles fp16 steps in the converter venv before the engine.
     shared_plans.copy_to(talker_checkpoint, "rockchip_npu", work / "artifacts" / "rockchip_npu")
-    command = [str(vllm), "serve", str(talker_checkpoint), "--omni", "--edge-hardware", "cpu_x86_64,rockchip_npu"]
-    command += ["--edge-artifacts", str(work / "artifacts"), "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--api-key", KEY, *SERVE_ARGS]
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    try:
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"the server exited with {process.returncode}:\n{log.read_text()[-4000:]}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the server did not come up in 600 s:\n{log.read_text()[-4000:]}")
-            time.sleep(2)
-        yield Server(url, work / "artifacts", process, log)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
+    with running_server(talker_checkpoint, work, "cpu_x86_64,rockchip_npu", SERVE_ARGS) as server:
+        # The CPU plan it built: the voice-cloning server serves the same speech tokenizer.
+        shared_plans.publish(talker_checkpoint, "cpu_x86_64", work / "artifacts" / "cpu_x86_64")
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -102,7 +102,7 @@ class PromptBuilder:
             if speaker:
                 raise SpeechRequestError(
                     f"a Base checkpoint has no preset speakers (got {speaker!r}): clone a voice from reference "
-                    "audio (ref_audio, ref_text) or give its speaker_embedding"
+                    "audio (ref_audio, ref_text), give its speaker_embedding, or name a voice uploaded to the server"
                 )
             return None
         if self.model_type == "voice_design":
@@ -132,10 +132,10 @@ class PromptBuilder:
             raise SpeechRequestError("the text to speak is empty")
         if self.model_type == "voice_design" and not instruct:
             raise SpeechRequestError("a VoiceDesign checkpoint needs `instruct`, the description of the voice")
+        speaker_id = self.speaker_id(speaker)
         self._check_voice(voice, instruct)
         if non_streaming_mode is None:
             non_streaming_mode = self.model_type != "base"
-        speaker_id = self.speaker_id(speaker)
         language_id = self.language_id(language, speaker)
         size = self.config.tts_model_size
         if size and size in "0b6":  # the official wrapper drops the instruction for 0.6B models

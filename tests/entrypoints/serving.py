@@ -1,0 +1,90 @@
+"""A loopback ``vllm serve CKPT --omni`` for the serving tests, and a client of it."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vllm_omni.edge.stream import FrameBatch, iter_events
+
+KEY = "test-key-123"
+# The tiny talker's engine: fp32, eager, a 64 MB KV cache (docs/serving/serve.md: CPU memory).
+ENGINE_ARGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "512", "--block-size", "32"]
+ENGINE_ARGS += ["--kv-cache-memory-bytes", str(64 << 20)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    def __init__(self, url: str, artifacts: Path, process: subprocess.Popen, log: Path) -> None:
+        self.url, self.artifacts, self.process, self.log = url, artifacts, process, log
+
+    def request(self, path: str, body: dict | None = None, key: str | None = KEY, headers: dict | None = None):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, headers=dict(headers or {}))
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if key:
+            request.add_header("Authorization", f"Bearer {key}")
+        return urllib.request.urlopen(request, timeout=120)
+
+    def error(self, path: str, body: dict | None = None, key: str | None = KEY) -> tuple[int, str]:
+        with pytest.raises(urllib.error.HTTPError) as info:
+            self.request(path, body, key)
+        return info.value.code, info.value.read().decode()
+
+    def codec_frames(self, body: dict) -> np.ndarray:
+        with self.request("/v1/audio/speech", {**body, "response_format": "codec", "edge_hardware": "cpu_x86_64"}) as r:
+            events = list(iter_events(io.BytesIO(r.read())))
+        frames = [event.frames for event in events if isinstance(event, FrameBatch) and len(event.frames)]
+        return np.concatenate(frames) if frames else np.zeros((0, 16), dtype=np.int64)
+
+
+@contextlib.contextmanager
+def running_server(checkpoint: Path, work: Path, hardware: str, extra_args: list[str]) -> Iterator[Server]:
+    """``vllm serve checkpoint --omni --edge-hardware hardware`` (plans under ``work/artifacts``, log in
+    ``work/server.log``) behind :data:`KEY`, once ``/health`` answers; terminated on exit."""
+    port, log = free_port(), work / "server.log"
+    command = [str(Path(sys.executable).parent / "vllm"), "serve", str(checkpoint), "--omni"]
+    command += ["--edge-hardware", hardware, "--edge-artifacts", str(work / "artifacts")]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--api-key", KEY, *ENGINE_ARGS, *extra_args]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    try:
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"the server exited with {process.returncode}:\n{log.read_text()[-4000:]}")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the server did not come up in 600 s:\n{log.read_text()[-4000:]}")
+            time.sleep(2)
+        yield Server(url, work / "artifacts", process, log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
