@@ -62,3 +62,22 @@ def test_serve_stream_and_decode_on_loopback(repo_root, talker_checkpoint, tmp_p
     run_example(repo_root, "serve_and_stream.py", "--model", str(talker_checkpoint), "--text", "Hello there.",
                 "--out", str(out), "--artifacts", str(tmp_path / "artifacts"), "--max-frames", "12")  # fmt: skip
     assert read_wav(out).size == 12 * 48  # 12 frames at the small geometry's 48 samples per frame
+
+
+@pytest.mark.vllm
+def test_clone_a_voice_offline(repo_root, talker_checkpoint, tmp_path):
+    """x-vector only: the small test decoder's tokenizer makes 500 frames/s of reference, too many for a prompt."""
+    import shutil
+
+    from vllm_omni.edge.testing.talker_checkpoint import write_talker_files
+
+    base = tmp_path / "base"
+    shutil.copytree(talker_checkpoint / "speech_tokenizer", base / "speech_tokenizer")
+    write_talker_files(base, "tiny", seed=3, model_type="base")
+    out = tmp_path / "frames.npy"
+    reference = repo_root / "tests" / "fixtures" / "voices" / "ref_b_22k.wav"
+    stdout = run_example(repo_root, "clone_voice.py", "--model", str(base), "--ref-audio", str(reference),
+                         "--x-vector-only", "--text", "Hello there.", "--text", "And again.", "--greedy",
+                         "--max-frames", "12", "--out", str(out), "--kv-cache-bytes", str(64 << 20))  # fmt: skip
+    assert "x-vector only" in stdout
+    assert [np.load(tmp_path / f"frames_{i}.npy").shape for i in (1, 2)] == [(12, 16), (12, 16)]
