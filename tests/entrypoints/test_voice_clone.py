@@ -42,13 +42,22 @@ def base_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_checkpoint(out, "released", 0, talker="tiny", talker_type="base")
 
 
-@pytest.fixture(scope="module")
-def official(repo_root: Path, base_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The official talker's frames, speaker embedding and reference codes of every case."""
+def run_oracle(repo_root: Path, checkpoint: Path, work: Path, requests: list[dict]) -> list[dict]:
+    """The official talker (``.venv-oracle``) on Base ``requests``: frames, speaker embedding, reference codes."""
     python, script = repo_root / ".venv-oracle/bin/python", repo_root / "tools/oracle/qwen_tts_talker_oracle.py"
     if not python.exists():
         pytest.fail(f"the oracle venv is missing ({python}); build it with `make setup-oracle`")
-    work = tmp_path_factory.mktemp("voice-oracle")
+    (work / "requests.json").write_text(json.dumps(requests))
+    command = [str(python), str(script), "generate", "--checkpoint", str(checkpoint)]
+    command += ["--requests", str(work / "requests.json"), "--out", str(work / "oracle.json")]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads((work / "oracle.json").read_text())["requests"]
+
+
+@pytest.fixture(scope="module")
+def official(repo_root: Path, base_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The official talker's frames, speaker embedding and reference codes of every case."""
     requests = [
         {
             "text": TEXTS[text],
@@ -62,12 +71,7 @@ def official(repo_root: Path, base_checkpoint: Path, tmp_path_factory: pytest.Te
         }
         for voice, text, mode in CASES
     ]
-    (work / "requests.json").write_text(json.dumps(requests))
-    command = [str(python), str(script), "generate", "--checkpoint", str(base_checkpoint)]
-    command += ["--requests", str(work / "requests.json"), "--out", str(work / "oracle.json")]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-3000:]
-    results = json.loads((work / "oracle.json").read_text())["requests"]
+    results = run_oracle(repo_root, base_checkpoint, tmp_path_factory.mktemp("voice-oracle"), requests)
     return dict(zip(CASES, results, strict=True))
 
 
@@ -150,3 +154,39 @@ def test_bad_voice_requests_say_what_to_send(generator, voices):
     same = generator.generate([SpeechRequest(text=TEXTS["hello"], language="English", speaker_embedding=embedding,
                                              max_frames=FRAMES, greedy=True)])[0]  # fmt: skip
     np.testing.assert_array_equal(same, generator.generate([cloned(("a", "hello", "x_vector"), voices)])[0])
+
+
+def write_wav(path: Path, samples: np.ndarray, rate: int) -> Path:
+    import wave
+
+    with wave.open(str(path), "wb") as handle:
+        handle.setnchannels(1), handle.setsampwidth(2), handle.setframerate(rate)
+        handle.writeframes(np.clip(np.round(samples * 32767), -32768, 32767).astype("<i2").tobytes())
+    return path
+
+
+def test_the_encoders_equal_the_official_on_16khz_short_and_long_clips(repo_root, base_checkpoint, generator, tmp_path):
+    """Speaker embedding within 1e-4 and reference codes equal, through each side's whole audio path: a clip
+    recorded at 16 kHz, one shorter than a second, one over ten seconds."""
+    import soxr
+
+    from vllm_omni.model_executor.models.qwen3_tts.reference_audio import load_reference_audio
+
+    a, b = (load_reference_audio(FIXTURES / VOICES[v][0], max_seconds=None) for v in ("a", "b"))  # 24 kHz
+    clips = {
+        "16khz": write_wav(tmp_path / "a_16k.wav", soxr.resample(a, 24_000, 16_000, quality="HQ"), 16_000),
+        "short": write_wav(tmp_path / "b_short.wav", b[: int(0.6 * 24_000)], 24_000),
+        "long": write_wav(tmp_path / "ab_long.wav", np.concatenate([a, b, a]), 24_000),
+    }
+    requests = [
+        {"text": "Hi.", "language": "English", "non_streaming_mode": False, "max_new_tokens": 2, "greedy": True,
+         "ref_audio": str(path), "ref_text": "Some words.", "x_vector_only_mode": False}
+        for path in clips.values()
+    ]  # fmt: skip
+    results = run_oracle(repo_root, base_checkpoint, tmp_path, requests)
+    assert len(np.concatenate([a, b, a])) > 10 * 24_000
+    for (name, path), result in zip(clips.items(), results, strict=True):
+        ours = generator.voice_prompt(SpeechRequest(text=".", ref_audio=path, ref_text="Some words."))
+        difference = np.abs(np.asarray(ours.speaker_embedding) - np.asarray(result["speaker_embedding"])).max()
+        assert difference <= 1e-4, f"{name}: speaker embedding max abs {difference:.3g}"
+        np.testing.assert_array_equal(np.asarray(ours.reference_codes), np.asarray(result["reference_codes"]), name)

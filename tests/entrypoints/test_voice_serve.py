@@ -8,9 +8,11 @@ reference is a 0.2 s clip of an espeak-ng recording (100 frames): the engine's 5
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -22,6 +24,7 @@ import numpy as np
 import pytest
 
 from vllm_omni.edge.audio import float_to_pcm16, snr_db
+from vllm_omni.edge.stream import FrameBatch
 
 from .serving import KEY, running_server
 
@@ -58,7 +61,7 @@ def base_checkpoint(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFa
 def server(base_checkpoint: Path, talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, shared_plans):
     work = tmp_path_factory.mktemp("voice-serve")
     shared_plans.copy_to(talker_checkpoint, "cpu_x86_64", work / "artifacts" / "cpu_x86_64")
-    with running_server(base_checkpoint, work, "cpu_x86_64", []) as server:
+    with running_server(base_checkpoint, work, "cpu_x86_64", ["--speech-max-voices", "3"]) as server:
         yield server
 
 
@@ -106,7 +109,7 @@ def test_an_uploaded_voice_gives_the_frames_of_its_audio_sent_inline(server, cli
 
     from vllm_omni.entrypoints.voice_store import VoiceStore
 
-    kept = VoiceStore(server.artifacts / "voices").get("alice")  # what a restarted server reads back
+    kept = VoiceStore(server.artifacts / "voices", 8, 1 << 20).get("alice")  # what a restarted server reads back
     assert kept is not None and kept.consent == consent and len(kept.voice.reference_codes) == 100
 
 
@@ -134,6 +137,59 @@ def test_voice_uploads_and_cloning_requests_refused_with_reasons(server, clip):
             "/v1/audio/speech", {**body, "response_format": "codec", "edge_hardware": "cpu_x86_64"}
         )
         assert status == 400 and expected in message, message
+
+
+def test_hostile_uploads_leave_the_server_and_the_store_healthy(server, clip):
+    host, port = server.url.removeprefix("http://").split(":")
+    for path, kind in (
+        ("/v1/audio/voices", "multipart/form-data; boundary=x"),
+        ("/v1/audio/speech", "application/json"),
+    ):
+        with socket.create_connection((host, int(port)), timeout=60) as client:  # a 1 GB body, announced
+            head = f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Type: {kind}\r\n"
+            client.sendall(head.encode() + b"Content-Length: 1073741824\r\n\r\n" + b"x" * 65536)
+            answer = client.recv(65536).decode(errors="replace")
+        assert answer.startswith("HTTP/1.1 413"), answer[:300]
+    status, _ = upload(server, {"name": "carol", "x_vector_only_mode": "true", "consent": "synthetic"}, clip)
+    assert status == 201  # the third voice: the store holds 3 (--speech-max-voices 3)
+    status, answer = upload(server, {"name": "dave", "x_vector_only_mode": "true", "consent": "synthetic"}, clip)
+    assert status == 507 and "the voice store is full" in answer["error"]["message"]
+    assert not (server.artifacts / "voices" / "dave.safetensors").exists()
+    with _delete(server, "carol") as response:
+        assert response.status == 200
+    assert sorted(p.name for p in (server.artifacts / "voices").iterdir()) == ["alice.safetensors", "bob.safetensors"]
+    with server.request("/health") as response:
+        assert response.status == 200
+
+
+def test_a_cloned_voice_over_the_websocket(server, clip):
+    """The start message names the uploaded voice (or carries the audio): each sentence speaks in it."""
+    from websockets.sync.client import connect
+
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    start = {"type": "start", "language": "English", "greedy": True, "max_frames": 20, "edge_hardware": "cpu_x86_64"}
+    inline = {"ref_audio": base64.b64encode(clip).decode(), "ref_text": REFERENCE_TEXT}
+    expected = server.codec_frames({**SAY, "voice": "alice"})
+    for voice in ({"voice": "alice"}, inline):
+        received = []
+        with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}, open_timeout=60) as client:
+            for message in ({**start, **voice}, {"type": "text", "text": SAY["input"]}, {"type": "end"}):
+                client.send(json.dumps(message))
+            with contextlib.suppress(Exception):
+                while True:
+                    received.append(client.recv(timeout=120))
+        assert client.close_code == 1000, client.close_reason
+        frames = [e.frames for e in as_events(received) if isinstance(e, FrameBatch) and len(e.frames)]
+        np.testing.assert_array_equal(np.concatenate(frames), expected)
+
+
+def as_events(messages: list) -> list:
+    from vllm_omni.edge.stream import KIND_BINARY, KIND_JSON, RECORDING_MAGIC, iter_events, record
+
+    data = RECORDING_MAGIC + b"".join(
+        record(KIND_BINARY, m) if isinstance(m, bytes) else record(KIND_JSON, m.encode()) for m in messages
+    )
+    return list(iter_events(io.BytesIO(data)))
 
 
 def test_a_cloned_voice_decodes_on_the_device_as_any_voice(server, base_checkpoint, tmp_path):

@@ -121,7 +121,7 @@ async def load_edge_state(engine_client: Any, args: Any) -> EdgeServingState:
     if generator.config.tts_model_type == "base":
         from .voice_store import VoiceStore
 
-        state.voice_store = VoiceStore(Path(args.edge_artifacts) / "voices")
+        state.voice_store = VoiceStore(Path(args.edge_artifacts) / "voices", limits.max_voices, limits.max_voice_bytes)
     await warm_up(state)
     return state
 

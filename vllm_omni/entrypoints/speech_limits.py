@@ -23,6 +23,8 @@ class SpeechLimits:
     socket_max_s: float = 1800.0  # a WebSocket session, whatever it does
     socket_max_queued_chars: int = 16384  # text a WebSocket client sent that is not spoken yet
     decode_workers: int = 0  # server-side decode/encode threads; 0: one per CPU, at most 4
+    max_voices: int = 256  # uploaded voices kept (Base checkpoints)
+    max_voice_bytes: int = 64 << 20  # their files together
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -50,6 +52,8 @@ _FLAGS = {
     "socket-max-s": ("socket_max_s", float, "close a speech WebSocket session after this long"),
     "socket-max-queued-chars": ("socket_max_queued_chars", int, "most text a WebSocket client may queue unspoken"),
     "decode-workers": ("decode_workers", int, "threads decoding server-side PCM and encoding audio (0: auto)"),
+    "max-voices": ("max_voices", int, "uploaded voices kept on disk (Base checkpoints)"),
+    "max-voice-bytes": ("max_voice_bytes", int, "bytes of all uploaded voices' files together"),
 }
 
 

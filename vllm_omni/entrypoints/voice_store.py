@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import VoiceClonePrompt
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-MAX_VOICES = 256
-MAX_STORE_BYTES = 64 << 20
 
 
 class VoiceStoreError(ValueError):
@@ -64,9 +62,10 @@ def check_name(name: Any) -> str:
 
 
 class VoiceStore:
-    """The uploaded voices in ``directory`` (created on first save), with their limits."""
+    """The uploaded voices in ``directory`` (created on first save), at most ``max_voices`` of them in
+    ``max_bytes`` (``--speech-max-voices``, ``--speech-max-voice-bytes``)."""
 
-    def __init__(self, directory: Path, max_voices: int = MAX_VOICES, max_bytes: int = MAX_STORE_BYTES) -> None:
+    def __init__(self, directory: Path, max_voices: int, max_bytes: int) -> None:
         self.directory, self.max_voices, self.max_bytes = directory, max_voices, max_bytes
         self._lock = threading.Lock()
         self._voices: dict[str, StoredVoice] = {}
