@@ -30,8 +30,37 @@ CASES = [(voice, text, mode) for voice in VOICES for text in TEXTS for mode in M
 FRAMES = 50
 
 
+# Beyond the grid: in context with the text given whole, and a 0.6 s reference under a text longer than its
+# frames (the streamed text outlasts the reference: the rest is fed per generated step).
+LONG_TEXT = "This sentence is a good deal longer than the short reference clip that it is spoken in, on purpose."
+EXTRA = {("a", "hello", "whole_text"): (False, True), ("short", "long", "in_context"): (True, False)}
+
+
 def case_id(case: tuple[str, str, str]) -> str:
     return "-".join(case)
+
+
+@pytest.fixture(scope="module")
+def short_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from vllm_omni.model_executor.models.qwen3_tts.reference_audio import load_reference_audio
+
+    samples = load_reference_audio(FIXTURES / VOICES["b"][0])[: int(0.6 * 24_000)]
+    return write_wav(tmp_path_factory.mktemp("short") / "b_short.wav", samples, 24_000)
+
+
+def extra_request(case: tuple[str, str, str], short_clip: Path) -> dict:
+    """The oracle request of an EXTRA case (the same fields for ours)."""
+    short, whole = EXTRA[case]
+    return {
+        "text": LONG_TEXT if short else TEXTS[case[1]],
+        "language": "English",
+        "non_streaming_mode": whole,
+        "max_new_tokens": FRAMES + 1,
+        "greedy": True,
+        "ref_audio": str(short_clip if short else FIXTURES / VOICES["a"][0]),
+        "ref_text": VOICES["b"][1] if short else VOICES["a"][1],
+        "x_vector_only_mode": False,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +85,8 @@ def run_oracle(repo_root: Path, checkpoint: Path, work: Path, requests: list[dic
 
 
 @pytest.fixture(scope="module")
-def official(repo_root: Path, base_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The official talker's frames, speaker embedding and reference codes of every case."""
+def official(repo_root: Path, base_checkpoint: Path, short_clip: Path, tmp_path_factory) -> dict:
+    """The official talker's frames, speaker embedding and reference codes of every case (EXTRA too)."""
     requests = [
         {
             "text": TEXTS[text],
@@ -71,8 +100,9 @@ def official(repo_root: Path, base_checkpoint: Path, tmp_path_factory: pytest.Te
         }
         for voice, text, mode in CASES
     ]
+    requests += [extra_request(case, short_clip) for case in EXTRA]
     results = run_oracle(repo_root, base_checkpoint, tmp_path_factory.mktemp("voice-oracle"), requests)
-    return dict(zip(CASES, results, strict=True))
+    return dict(zip([*CASES, *EXTRA], results, strict=True))
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +160,17 @@ def test_cloned_voice_frames_equal_the_official_talker(case, alone, official):
     assert ours.shape == theirs.shape and len(mismatch) == 0, f"first mismatch at frame/codebook {mismatch[0]}"
 
 
+@pytest.mark.parametrize("case", list(EXTRA), ids=case_id)
+def test_whole_text_and_a_text_longer_than_its_reference_equal_the_official(case, generator, short_clip, official):
+    fields = extra_request(case, short_clip)
+    voice = generator.voice_prompt(SpeechRequest(text=".", ref_audio=fields["ref_audio"], ref_text=fields["ref_text"]))
+    request = SpeechRequest(text=fields["text"], language="English", voice=voice, max_frames=FRAMES, greedy=True,
+                            non_streaming_mode=fields["non_streaming_mode"])  # fmt: skip
+    ours, theirs = generator.generate([request])[0], np.asarray(official[case]["codes"], dtype=np.int64)
+    assert theirs.shape == (FRAMES, 16)
+    np.testing.assert_array_equal(ours, theirs)
+
+
 def test_batched_cloned_voices_equal_each_alone(generator, voices, alone):
     together = generator.generate([cloned(case, voices) for case in CASES])
     for case, frames in zip(CASES, together, strict=True):
@@ -144,6 +185,8 @@ def test_bad_voice_requests_say_what_to_send(generator, voices):
         "needs ref_text": SpeechRequest(text="Hi.", ref_audio=wav),
         f"speaker_embedding must be {size} finite numbers": SpeechRequest(text="Hi.", speaker_embedding=[0.0] * 3),
         "ref_audio: ": SpeechRequest(text="Hi.", ref_audio=b"not audio at all", x_vector_only_mode=True),
+        "ref_audio: .*short": SpeechRequest(text="Hi.", ref_audio=(np.zeros(100, np.float32), 24_000), ref_text="a"),
+        "give one voice to clone": SpeechRequest(text="Hi.", ref_audio=wav, speaker_embedding=[0.0] * size),
         "no preset speakers": SpeechRequest(text="Hi.", speaker="Ryan", voice=voices[("a", "x_vector")]),
         "clones a voice": SpeechRequest(text="Hi."),
     }

@@ -108,8 +108,11 @@ def test_an_uploaded_voice_gives_the_frames_of_its_audio_sent_inline(server, cli
     assert not np.array_equal(by_name, x_vector)
 
     from vllm_omni.entrypoints.voice_store import VoiceStore
+    from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import Qwen3TTSConfig
 
-    kept = VoiceStore(server.artifacts / "voices", 8, 1 << 20).get("alice")  # what a restarted server reads back
+    talker = Qwen3TTSConfig.from_pretrained(base_checkpoint).talker_config
+    store = VoiceStore(server.artifacts / "voices", 8, 1 << 20, talker.hidden_size, 16, talker.codebook_size)
+    kept = store.get("alice")  # what a restarted server reads back
     assert kept is not None and kept.consent == consent and len(kept.voice.reference_codes) == 100
 
 

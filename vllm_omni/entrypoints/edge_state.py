@@ -27,8 +27,9 @@ class EdgeServingState:
     """What the routes share: the plans, their JSON bytes, the frame generator on the engine, an open
     decoder of the server's CPU plan that keeps its session loaded (each request opens its own decoder
     on that shared session at no cost: the onnxruntime backend shares graphs by file), the limits, and
-    two bounded thread pools that keep CPU work off the event loop: one builds prompts (tokenizes, one
-    thread: the tokenizer is not shared across threads), one decodes and encodes server-side audio."""
+    bounded thread pools that keep CPU work off the event loop: one builds prompts (tokenizes, one
+    thread: the tokenizer is not shared across threads), one decodes and encodes server-side audio, one
+    encodes reference audio of cloned voices (Base)."""
 
     plans: Any  # edge_plans.ServedPlans
     plan_bytes: dict[str, bytes]
@@ -39,12 +40,14 @@ class EdgeServingState:
     voice_store: Any = None  # voice_store.VoiceStore (Base checkpoints)
     prompt_pool: ThreadPoolExecutor | None = None
     decode_pool: ThreadPoolExecutor | None = None
+    voice_pool: ThreadPoolExecutor | None = None
 
     def __post_init__(self) -> None:
         self.prompt_pool = self.prompt_pool or ThreadPoolExecutor(1, thread_name_prefix="speech-prompts")
         self.decode_pool = self.decode_pool or ThreadPoolExecutor(
             self.limits.decode_threads, thread_name_prefix="speech-decode"
         )
+        self.voice_pool = self.voice_pool or ThreadPoolExecutor(1, thread_name_prefix="speech-voices")
 
     def plan(self, name: str):
         """The published plan of class ``name``; a 404 naming the served classes otherwise."""
@@ -56,12 +59,18 @@ class EdgeServingState:
             raise SpeechApiError(404, f"hardware class {name!r} is not served here; served: {served}")
         return plan
 
+    async def encode_voice(self, request: Any) -> Any:
+        """The voice ``request`` clones, its reference audio encoded on the voice pool (one thread: encoding
+        seconds of audio never takes the decode pool's threads from live streams)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.voice_pool, self.generator.voice_prompt, request)
+
     async def resolve_voice(self, request: Any) -> Any:
-        """``request`` with its cloned voice made (reference audio encoded on the decode pool), or as it is."""
+        """``request`` with its cloned voice made, or as it is."""
         if request.ref_audio is None and request.speaker_embedding is None:
             return request
-        voice = await self.decode(self.generator.voice_prompt, request)
-        return dataclasses.replace(request, voice=voice, ref_audio=None, speaker_embedding=None)
+        voice = await self.encode_voice(request)
+        return dataclasses.replace(request, voice=voice, ref_audio=None, speaker_embedding=None, ref_text=None)
 
     async def prepare(self, request: Any, request_id: str) -> Any:
         """``request`` (a ``SpeechRequest``) as engine inputs: its voice made, then tokenized, off the event loop.
@@ -121,7 +130,19 @@ async def load_edge_state(engine_client: Any, args: Any) -> EdgeServingState:
     if generator.config.tts_model_type == "base":
         from .voice_store import VoiceStore
 
-        state.voice_store = VoiceStore(Path(args.edge_artifacts) / "voices", limits.max_voices, limits.max_voice_bytes)
+        talker = generator.config.talker_config
+        state.voice_store = VoiceStore(
+            Path(args.edge_artifacts) / "voices",
+            limits.max_voices,
+            limits.max_voice_bytes,
+            talker.hidden_size,
+            talker.num_code_groups,
+            talker.codebook_size,
+        )
+        try:  # the encoders loaded now, so the first clone waits for no load
+            await asyncio.get_running_loop().run_in_executor(state.voice_pool, generator.voice_encoders().warm_up)
+        except Exception as error:  # a Base checkpoint without usable encoders: cloning fails per request
+            logger.warning("voice cloning is unavailable: %s: %s", type(error).__name__, error)
     await warm_up(state)
     return state
 

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
@@ -146,15 +147,19 @@ class _SpeechFrontend:
         self.frame_args = (talker.vocab_size, talker.codebook_size, talker.num_code_groups, talker.codec_eos_token_id)
         self.model = model
         self._voice_encoders = None
+        self._voice_lock = threading.Lock()
 
     def voice_prompt(self, request: SpeechRequest) -> VoiceClonePrompt | None:
         """The voice ``request`` clones (``None`` for a preset or designed voice). Encoding reference audio is
         CPU work (the speaker encoder and the speech tokenizer's encoder): a server runs this off its loop."""
+        given = [name for name in ("voice", "ref_audio", "speaker_embedding") if getattr(request, name) is not None]
+        if len(given) > 1:
+            raise SpeechRequestError(f"give one voice to clone: {' and '.join(given)} were both given")
         if request.voice is not None:
             return request.voice
         if request.speaker_embedding is not None:
-            if request.ref_audio is not None:
-                raise SpeechRequestError("give ref_audio or speaker_embedding, not both")
+            if request.ref_text:
+                raise SpeechRequestError("a speaker_embedding clones by x-vector only: it takes no ref_text")
             return VoiceClonePrompt(check_speaker_embedding(request.speaker_embedding, self.config))
         if request.ref_audio is None:
             if request.ref_text:
@@ -168,11 +173,16 @@ class _SpeechFrontend:
             raise SpeechRequestError(
                 "in-context cloning needs ref_text, the transcript of ref_audio (or set x_vector_only_mode)"
             )
-        if self._voice_encoders is None:
-            from vllm_omni.model_executor.models.qwen3_tts.voice_encoders import VoiceEncoders
+        return self.voice_encoders().clone(request.ref_audio, request.ref_text, request.x_vector_only_mode)
 
-            self._voice_encoders = VoiceEncoders.for_model(self.model)
-        return self._voice_encoders.clone(request.ref_audio, request.ref_text, request.x_vector_only_mode)
+    def voice_encoders(self) -> Any:
+        """The checkpoint's ``VoiceEncoders`` (Base), made once."""
+        with self._voice_lock:
+            if self._voice_encoders is None:
+                from vllm_omni.model_executor.models.qwen3_tts.voice_encoders import VoiceEncoders
+
+                self._voice_encoders = VoiceEncoders.for_model(self.model)
+        return self._voice_encoders
 
     def build_request(self, request: SpeechRequest, request_key: str | None = None) -> EngineRequest:
         from vllm import SamplingParams

@@ -156,16 +156,16 @@ def decode_audio_field(value: str, name: str = "ref_audio") -> bytes:
     import binascii
 
     text = value.strip()
-    if text.startswith(("http://", "https://", "file:")):
+    if "://" in text[:16] or text.startswith("file:"):
         raise SpeechApiError(
-            400, f"{name}: this server does not fetch URLs; send the audio file as base64 or a data: URL"
+            400, f"{name}: this server does not fetch URLs (no allow-list); send the audio as base64 or a data: URL"
         )
     if text.startswith("data:"):
         header, _, text = text.partition(",")
         if not header.endswith(";base64"):
             raise SpeechApiError(400, f"{name}: a data URL must be base64 (data:audio/wav;base64,...)")
-    try:
-        data = base64.b64decode(text, validate=True)
+    try:  # line breaks and spaces (the base64 command wraps at 76 columns) are not data
+        data = base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError):
         raise SpeechApiError(400, f"{name} is not base64 (nor a base64 data: URL)") from None
     if not data:
@@ -180,6 +180,8 @@ def to_speech_request(body: Any, voices: Any = None) -> Any:
 
     generator = {name: getattr(body, name) for name in GENERATOR_FIELDS}
     uploaded = voices.get(body.voice) if voices is not None and body.voice else None
+    if uploaded is not None and (body.ref_audio or body.speaker_embedding is not None):
+        raise SpeechApiError(400, f"voice {body.voice!r} is an uploaded voice: give it, or ref_audio, not both")
     return SpeechRequest(
         text=body.input,
         speaker=None if uploaded else body.voice,

@@ -10,9 +10,8 @@ before anything touches the filesystem; the store is bounded in entries and byte
 from __future__ import annotations
 
 import json
-import os
+import logging
 import re
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import numpy as np
 if TYPE_CHECKING:
     from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import VoiceClonePrompt
 
+logger = logging.getLogger("vllm.omni.voices")  # under vLLM's logger: its handlers and level apply
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
@@ -63,90 +63,127 @@ def check_name(name: Any) -> str:
 
 class VoiceStore:
     """The uploaded voices in ``directory`` (created on first save), at most ``max_voices`` of them in
-    ``max_bytes`` (``--speech-max-voices``, ``--speech-max-voice-bytes``)."""
+    ``max_bytes`` (``--speech-max-voices``, ``--speech-max-voice-bytes``), for a talker of ``hidden_size``.
 
-    def __init__(self, directory: Path, max_voices: int, max_bytes: int) -> None:
+    The directory is the truth, so every API server process of one server sees the same voices: a name
+    missing from this process's index is read from disk, a file gone from disk is dropped from it. A file
+    that does not read as a voice of this talker (damaged, another model's width, codes out of range) is
+    skipped with a warning, never served.
+    """
+
+    def __init__(self, directory: Path, max_voices: int, max_bytes: int, hidden_size: int, groups: int, codebook: int):
         self.directory, self.max_voices, self.max_bytes = directory, max_voices, max_bytes
+        self.shape = (hidden_size, groups, codebook)
         self._lock = threading.Lock()
         self._voices: dict[str, StoredVoice] = {}
-        if directory.is_dir():
-            for path in sorted(directory.glob("*.safetensors")):
-                try:
-                    stored = self._read(path)
-                except (OSError, ValueError, KeyError):
-                    continue  # a damaged file is not served; it stays for whoever wants to look at it
-                self._voices[stored.name] = stored
 
     def get(self, name: str) -> StoredVoice | None:
-        return self._voices.get(name) if isinstance(name, str) else None
+        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+            return None
+        path = self.directory / f"{name}.safetensors"
+        with self._lock:
+            if not path.is_file():
+                self._voices.pop(name, None)
+                return None
+            if name not in self._voices:
+                stored = self._read(path)
+                if stored is None:
+                    return None
+                self._voices[name] = stored
+            return self._voices[name]
 
     def list(self) -> list[StoredVoice]:
-        return sorted(self._voices.values(), key=lambda v: v.name)
+        names = sorted(p.stem for p in self.directory.glob("*.safetensors")) if self.directory.is_dir() else []
+        return [stored for name in names if (stored := self.get(name)) is not None]
 
-    def save(self, name: str, voice: VoiceClonePrompt, consent: str, replace: bool = False) -> StoredVoice:
-        """Write ``voice`` as ``name`` (atomically); 409 if it exists and not ``replace``, 507 over the limits."""
+    def check_room(self, name: str) -> None:
+        """Raise unless ``name`` is free and one more voice fits (checked before any encoding)."""
+        check_name(name)
+        if self.get(name) is not None:
+            raise VoiceStoreError(409, f"a voice named {name!r} exists; DELETE it first or choose another name")
+        voices = self.list()
+        used = sum(v.size_bytes for v in voices)
+        if len(voices) + 1 > self.max_voices or used >= self.max_bytes:
+            raise VoiceStoreError(
+                507,
+                f"the voice store is full ({len(voices)} voices, {used} bytes; limits {self.max_voices} voices, "
+                f"{self.max_bytes} bytes): DELETE voices no longer used",
+            )
+
+    def save(self, name: str, voice: VoiceClonePrompt, consent: str) -> StoredVoice:
+        """Write ``voice`` as ``name`` (atomically); 409 if the name is taken, 507 over the limits or unwritable."""
         from safetensors.numpy import save
 
-        check_name(name)
+        from vllm_omni.edge.files import write_atomically
+
         tensors = {"speaker_embedding": np.asarray(voice.speaker_embedding, dtype=np.float32)}
         if voice.reference_codes is not None:
             tensors["reference_codes"] = np.asarray(voice.reference_codes, dtype=np.int64)
         created = time.time()
         metadata = {"name": name, "ref_text": json.dumps(voice.reference_text), "consent": consent}
-        metadata["created"] = repr(created)
+        metadata |= {"created": repr(created), "hidden_size": str(self.shape[0])}
         data = save(tensors, metadata=metadata)
-        with self._lock:
-            old = self._voices.get(name)
-            if old is not None and not replace:
-                raise VoiceStoreError(409, f"a voice named {name!r} exists; DELETE it first or choose another name")
-            count = len(self._voices) - (old is not None)
-            used = sum(v.size_bytes for v in self._voices.values()) - (old.size_bytes if old else 0)
-            if count + 1 > self.max_voices or used + len(data) > self.max_bytes:
-                raise VoiceStoreError(
-                    507,
-                    f"the voice store is full ({count} voices, {used} bytes; limits {self.max_voices} voices, "
-                    f"{self.max_bytes} bytes): DELETE voices no longer used",
-                )
+        self.check_room(name)
+        used = sum(v.size_bytes for v in self.list())
+        if used + len(data) > self.max_bytes:
+            raise VoiceStoreError(507, f"this voice ({len(data)} bytes) does not fit the store's {self.max_bytes}")
+        try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=f".{name}.", suffix=".tmp")
-            try:
-                with os.fdopen(handle, "wb") as out:
-                    out.write(data)
-                os.replace(temporary, self.directory / f"{name}.safetensors")
-            except BaseException:
-                Path(temporary).unlink(missing_ok=True)
-                raise
-            stored = StoredVoice(name, voice, created, consent, len(data))
+            write_atomically(self.directory / f"{name}.safetensors", lambda path: path.write_bytes(data))
+        except OSError as error:
+            logger.warning("cannot write voice %s: %s", name, error)
+            raise VoiceStoreError(507, f"the server cannot store voices ({type(error).__name__})") from None
+        stored = StoredVoice(name, voice, created, consent, len(data))
+        with self._lock:
             self._voices[name] = stored
-            return stored
+        return stored
 
     def delete(self, name: str) -> None:
         check_name(name)
         with self._lock:
-            if self._voices.pop(name, None) is None:
+            self._voices.pop(name, None)
+            path = self.directory / f"{name}.safetensors"
+            if not path.is_file():
                 raise VoiceStoreError(404, f"no uploaded voice named {name!r}")
-            (self.directory / f"{name}.safetensors").unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
 
-    @staticmethod
-    def _read(path: Path) -> StoredVoice:
+    def _read(self, path: Path) -> StoredVoice | None:
+        """The voice in ``path``, or None (with a warning) if it is not one this talker can use."""
+        try:
+            return self._parse(path)
+        except Exception as error:  # safetensors raises its own types for a damaged file
+            logger.warning("voice file %s skipped: %s: %s", path, type(error).__name__, error)
+            return None
+
+    def _parse(self, path: Path) -> StoredVoice:
         from safetensors import safe_open
 
+        from vllm_omni.model_executor.models.qwen3_tts.engine_ids import VOICE_SLOTS
         from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import VoiceClonePrompt
 
+        hidden, groups, codebook = self.shape
         with safe_open(str(path), "np") as handle:
             metadata = handle.metadata() or {}
-            embedding = handle.get_tensor("speaker_embedding")
             names = set(handle.keys())
+            embedding = handle.get_tensor("speaker_embedding")
             codes = handle.get_tensor("reference_codes") if "reference_codes" in names else None
-        name = check_name(metadata.get("name", path.stem))
-        if name != path.stem:
-            raise ValueError(f"{path} holds voice {name!r}")
+        name = check_name(metadata.get("name", ""))
+        reference_text = json.loads(metadata.get("ref_text", "null"))
+        if name != path.stem or not (reference_text is None or isinstance(reference_text, str)):
+            raise ValueError("its metadata does not name it, or its ref_text is not text")
+        if embedding.shape != (hidden,) or not np.isfinite(embedding).all():
+            raise ValueError(f"a speaker embedding of shape {embedding.shape}; this talker takes ({hidden},)")
+        if codes is not None and (
+            codes.ndim != 2 or codes.shape[1] != groups or not 0 < len(codes) < VOICE_SLOTS
+            or codes.min() < 0 or codes.max() >= codebook
+        ):  # fmt: skip
+            raise ValueError(f"reference codes of shape {codes.shape} do not fit this talker")
         voice = VoiceClonePrompt(
-            tuple(float(x) for x in embedding.reshape(-1)),
+            tuple(float(x) for x in embedding),
             None if codes is None else tuple(tuple(int(c) for c in frame) for frame in codes),
-            json.loads(metadata.get("ref_text", "null")),
+            reference_text,
         )
-        created, consent = float(metadata.get("created", "0")), metadata.get("consent", "")
+        created, consent = float(metadata.get("created", "0")), str(metadata.get("consent", ""))
         return StoredVoice(name, voice, created, consent, path.stat().st_size)
 
 
@@ -168,12 +205,18 @@ async def save_voice(request: Any, edge: Any) -> StoredVoice:
         declared = request.headers.get("content-length")
         if declared is None or not declared.isdigit() or int(declared) > limit:
             raise SpeechApiError(413, f"a multipart voice upload needs a Content-Length of at most {limit} bytes")
-        form = await request.form(max_files=1, max_fields=8)
-        fields = {key: value for key, value in form.items()}
-        upload = fields.get("audio")
-        audio = await upload.read() if hasattr(upload, "read") else None
-        if isinstance(upload, str):
-            audio = decode_audio_field(upload, "audio")
+        try:
+            form = await request.form(max_files=1, max_fields=8)
+        except Exception as error:  # starlette's multipart errors (malformed, too many parts)
+            raise SpeechApiError(400, f"the multipart body does not parse: {getattr(error, 'detail', error)}") from None
+        try:
+            fields = dict(form.items())
+            upload = fields.get("audio")
+            audio = await upload.read() if hasattr(upload, "read") else None
+            if isinstance(upload, str):
+                audio = decode_audio_field(upload, "audio")
+        finally:
+            await form.close()
     else:
         fields = parse_json(await read_body(request, limit))
         if not isinstance(fields, dict):
@@ -193,8 +236,9 @@ async def save_voice(request: Any, edge: Any) -> StoredVoice:
         raise SpeechApiError(400, "ref_text must be a string, the transcript of the audio")
     check_text("ref_text", ref_text, edge.limits.max_input_chars, "speech-max-input-chars")
     x_vector_only = str(fields.get("x_vector_only_mode", "false")).lower() in ("true", "1")
-    if edge.voice_store.get(name) is not None:
-        raise VoiceStoreError(409, f"a voice named {name!r} exists; DELETE it first or choose another name")
-    request_voice = SpeechRequest(text=".", ref_audio=audio, ref_text=ref_text, x_vector_only_mode=x_vector_only)
-    voice = await edge.decode(edge.generator.voice_prompt, request_voice)
+    edge.voice_store.check_room(name)  # before the encoding's CPU time
+    request_voice = SpeechRequest(text="Hello.", ref_audio=audio, ref_text=ref_text, x_vector_only_mode=x_vector_only)
+    voice = await edge.encode_voice(request_voice)
+    # A voice must leave room for text: its prompt is built once here, as a request would build it.
+    await edge.prepare(SpeechRequest(text="Hello.", voice=voice), f"voice-check-{name}")
     return edge.voice_store.save(name, voice, consent.strip())

@@ -22,6 +22,7 @@ Needs vLLM's v1 model runner (the logits processor interface it uses); see ``che
 from __future__ import annotations
 
 import bisect
+import logging
 from collections.abc import Iterable
 from types import SimpleNamespace
 
@@ -34,6 +35,8 @@ from .configuration_qwen3_tts import Qwen3TTSConfig
 from .engine_ids import RESIDUAL_MARK, SPEAKER_SLOT, VOICE_SLOTS, engine_vocab_size, residual_column_offsets, voice_base
 from .engine_settings import LOGPROBS_MODE
 from .talker_requests import LOGITS_PROCESSOR, TALKER_BATCH, StepLayout, TalkerRequestState
+
+logger = logging.getLogger(__name__)
 
 
 class TalkerEngineError(RuntimeError):
@@ -173,33 +176,36 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
             by_row[row][1].append(slot)
         for row, (rows_indices, row_slots) in by_row.items():
             state = TALKER_BATCH.rows.get(row)
-            if state is None:
-                raise RuntimeError("a voice position arrived for a batch row without its talker request state")
-            table = self._voice_table(state)
-            if max(row_slots) >= table.shape[0]:
-                raise RuntimeError(
-                    f"talker request {state.spec.request_key}: voice slot {max(row_slots)} but the request carries "
-                    f"{table.shape[0] - 1} reference frames"
-                )
+            table = self._voice_table(state) if state is not None else None
+            if table is None or max(row_slots) >= table.shape[0]:
+                # Only a request made around vllm_omni.entrypoints.speech gets here (it checks every voice):
+                # its voice positions keep their text part; the engine and the other requests go on.
+                key = state.spec.request_key if state is not None else f"row {row}"
+                logger.warning("talker request %s: voice positions without their vectors; text part only", key)
+                continue
             at = torch.tensor(rows_indices, dtype=torch.long, device=embeds.device)
             embeds[at] += table[torch.tensor(row_slots, dtype=torch.long, device=table.device)]
 
-    def _voice_table(self, state: TalkerRequestState) -> torch.Tensor:
-        """``[1 + frames, hidden]``: slot 0 the speaker embedding (zeros without one), slot ``j + 1`` the summed
-        16 codebook embeddings of reference frame ``j``; made once per request."""
+    def _voice_table(self, state: TalkerRequestState) -> torch.Tensor | None:
+        """``[1 + frames, hidden]``: slot 0 the speaker embedding (zeros without one), slot ``j + 1`` the 16
+        codebook embeddings of reference frame ``j`` summed in one reduction (as the official ``sum(1)``);
+        made once per request. None if the request's vectors do not fit this model."""
         if state.voice_table is None:
             spec, weight = state.spec, self.codec_head.weight
-            spec.check_voice(weight.shape[1], self.groups, self.codebook_size)
-            table = torch.zeros(
-                1 + len(spec.reference_codes), weight.shape[1], dtype=weight.dtype, device=weight.device
-            )
+            try:
+                spec.check_voice(weight.shape[1], self.groups, self.codebook_size)
+            except ValueError:
+                return None
+            rows = 1 + len(spec.reference_codes)
+            table = torch.zeros(rows, weight.shape[1], dtype=weight.dtype, device=weight.device)
             if spec.speaker_embedding:
                 table[SPEAKER_SLOT] = torch.tensor(spec.speaker_embedding, dtype=weight.dtype, device=weight.device)
             if spec.reference_codes:
                 codes = torch.tensor(spec.reference_codes, dtype=torch.long, device=weight.device)
-                table[1:] = self.model.codec_embedding(codes[:, 0]) + self.code_predictor.residual_embeddings(
-                    codes[:, 1:]
-                )
+                residual = self.code_predictor.model.codec_embedding
+                parts = [self.model.codec_embedding(codes[:, 0])]
+                parts += [embedding(codes[:, group + 1]) for group, embedding in enumerate(residual)]
+                table[1:] = torch.stack(parts).sum(0)
             state.voice_table = table
         return state.voice_table
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .configuration_qwen3_tts import Qwen3TTSConfig
-from .engine_ids import SPEAKER_SLOT, encode_prompt_id, encode_voice_id
+from .engine_ids import SPEAKER_SLOT, VOICE_SLOTS, encode_prompt_id, encode_voice_id
 
 
 class SpeechRequestError(ValueError):
@@ -214,6 +214,10 @@ class PromptBuilder:
         frames = len(voice.reference_codes or ())
         if not frames:
             raise SpeechRequestError("in-context cloning needs reference audio codes: the reference audio is empty")
+        if frames >= VOICE_SLOTS:
+            raise SpeechRequestError(
+                f"the reference audio is {frames} frames; a prompt holds at most {VOICE_SLOTS - 1}: use a shorter clip"
+            )
         # codec position 0 is codec_bos, position i >= 1 reference frame i - 1 (voice slot i).
         codec = lambda i, text_id: (  # noqa: E731
             self._pair(text_id, talker.codec_bos_id) if i == 0 else self._voice(text_id, i)

@@ -30,7 +30,7 @@ import torch
 SAMPLE_RATE = 24000
 # Upper bound on a rate accepted from a caller (soxr itself takes any positive rate).
 MAX_INPUT_RATE = 768_000
-DEFAULT_MAX_SECONDS = 60.0
+DEFAULT_MAX_SECONDS = 30.0  # the official examples use 3-10 s; 30 s is 375 frames of prompt
 
 
 class ReferenceAudioError(ValueError):

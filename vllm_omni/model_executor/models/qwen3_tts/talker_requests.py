@@ -71,6 +71,18 @@ class TalkerRequestSpec:
         spec["reference_codes"] = [list(frame) for frame in self.reference_codes]
         return {EXTRA_ARGS_KEY: spec}
 
+    def check_voice_values(self) -> None:
+        """Raise ``ValueError`` unless the voice vectors are well formed whatever the model: finite numbers,
+        frames of one width with codes >= 0, fewer than ``VOICE_SLOTS`` (the engine checks this per request)."""
+        if not all(math.isfinite(x) for x in self.speaker_embedding):
+            raise ValueError("speaker_embedding holds a non-finite number")
+        if len(self.reference_codes) >= VOICE_SLOTS:
+            raise ValueError(f"at most {VOICE_SLOTS - 1} reference frames, got {len(self.reference_codes)}")
+        if len({len(frame) for frame in self.reference_codes}) > 1 or any(
+            c < 0 for f in self.reference_codes for c in f
+        ):
+            raise ValueError("reference_codes must be frames of one width, codes >= 0")
+
     def check_voice(self, hidden_size: int, groups: int, codebook_size: int) -> None:
         """Raise ``ValueError`` unless the voice vectors fit the model (sizes, finite values, code ranges)."""
         if self.speaker_embedding and (
@@ -109,6 +121,7 @@ class TalkerRequestSpec:
             raise ValueError(f"malformed talker request spec in extra_args[{EXTRA_ARGS_KEY!r}]: {error}") from None
         if not spec.request_key:
             raise ValueError("talker request spec: request_key must be a non-empty string")
+        spec.check_voice_values()
         if not (math.isfinite(spec.repetition_penalty) and spec.repetition_penalty > 0):
             raise ValueError(f"repetition_penalty must be a finite number > 0, got {spec.repetition_penalty}")
         if not spec.subtalker_greedy and not (

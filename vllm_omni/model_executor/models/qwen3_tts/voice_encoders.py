@@ -15,9 +15,6 @@ from typing import Any
 
 from .prompt_builder import SpeechRequestError, VoiceClonePrompt
 
-# Longest reference audio taken: the official examples use 3-10 s; 30 s is 375 frames of prompt.
-MAX_REFERENCE_SECONDS = 30.0
-
 
 def model_directory(model: str) -> Path:
     """The local directory of ``model`` (a directory, or a hub id whose snapshot vLLM fetched already)."""
@@ -32,9 +29,8 @@ def model_directory(model: str) -> Path:
 class VoiceEncoders:
     """The two encoders of one Base checkpoint, loaded once on first use (thread-safe)."""
 
-    def __init__(self, directory: Path, max_seconds: float = MAX_REFERENCE_SECONDS) -> None:
+    def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.max_seconds = max_seconds
         self._lock = threading.Lock()
         self._speaker: Any = None
         self._codes: Any = None
@@ -57,14 +53,19 @@ class VoiceEncoders:
         """The voice of ``audio`` (file bytes, a path, or ``(samples, sample_rate)``); its codes too unless
         ``x_vector_only``. Bad audio raises :class:`SpeechRequestError` saying what was expected."""
         from .reference_audio import ReferenceAudioError, load_reference_audio
+        from .tokenizer_12hz.errors import InvalidAudioError
 
-        try:
-            samples = load_reference_audio(audio, max_seconds=self.max_seconds)
-        except ReferenceAudioError as error:
-            raise SpeechRequestError(f"ref_audio: {error}") from None
         speaker, codes = self._load()
-        embedding = tuple(float(x) for x in speaker.embed(samples).reshape(-1).tolist())
-        if x_vector_only:
-            return VoiceClonePrompt(embedding)
-        frames = codes.encode(samples)
+        try:  # any audio the encoders cannot take (too short for the speaker encoder's kernels too) is the client's
+            samples = load_reference_audio(audio)
+            embedding = tuple(float(x) for x in speaker.embed(samples).reshape(-1).tolist())
+            if x_vector_only:
+                return VoiceClonePrompt(embedding)
+            frames = codes.encode(samples)
+        except (ReferenceAudioError, InvalidAudioError) as error:
+            raise SpeechRequestError(f"ref_audio: {error}") from None
         return VoiceClonePrompt(embedding, tuple(tuple(int(c) for c in frame) for frame in frames), reference_text)
+
+    def warm_up(self) -> None:
+        """Load both encoders now (a server does it at start: the first clone then waits for no load)."""
+        self._load()
