@@ -408,6 +408,9 @@ def main() -> int:
     for client in clients:
         by_kind.setdefault(client["kind"], []).append(client)
     rss_change = (rss_after - rss_before) / rss_before
+    received = sum(c.get("frames", 0) for c in clients)
+    # One engine token per frame: what the clients that left would have cost had they run to the end.
+    abandoned = counts["pcm_disconnect"] * args.long_frames
     checks = [
         {
             "check": "/health max latency (whole run)",
@@ -438,6 +441,12 @@ def main() -> int:
             "ok": drain_s is not None and drain_s < MAX_DRAIN_S,
         },
         {
+            "check": "frames made for the PCM clients that left (engine frames - frames received)",
+            "measured": f"{generated - received:.0f} of the {abandoned} they asked for",
+            "bar": "under half: their requests were aborted",
+            "ok": generated - received < abandoned / 2,
+        },
+        {
             "check": "API server RSS, before -> after the load",
             "measured": f"{rss_before / 2**20:.0f} -> {rss_after / 2**20:.0f} MiB ({rss_change:+.1%})",
             "bar": f"within {MAX_RSS_CHANGE:.0%}",
@@ -450,7 +459,6 @@ def main() -> int:
         return f"{np.mean(values):.2f} / {np.max(values):.2f}" if values else "-"
 
     load_s = last_left - load_started
-    received = sum(c.get("frames", 0) for c in clients)
     lines = [
         f"Serving under load on loopback, tiny talker + small decoder, RANDOM WEIGHTS; {counts['codec']} codec "
         f"streams ({args.frames} frames), {counts['pcm_disconnect']} PCM clients leaving after "

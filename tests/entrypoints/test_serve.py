@@ -34,7 +34,7 @@ pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/confte
 SERVE_ARGS = []
 # Both OpenAI's model name and ours are served; short WebSocket limits, so the tests can reach them.
 SERVED_NAMES = ["qwen3-tts", "tts-1"]
-LIMITS = {"socket-idle-s": 3, "socket-max-s": 25, "socket-max-queued-chars": 2000, "max-instructions-chars": 500}
+LIMITS = {"socket-idle-s": 3, "socket-max-s": 10, "socket-max-queued-chars": 2000, "max-instructions-chars": 500}
 SERVE_ARGS += ["--served-model-name", *SERVED_NAMES]
 SERVE_ARGS += [arg for name, value in LIMITS.items() for arg in (f"--speech-{name}", str(value))]
 HELLO = {"input": "Hello there, this is a test.", "voice": "Ryan", "language": "English", "greedy": True}
@@ -534,7 +534,7 @@ def test_websocket_session_time_limit(server):
             while time.monotonic() - began < 120:  # a client that keeps flushing is not idle, but its time runs out
                 client.send(json.dumps({"type": "flush"}))
                 time.sleep(1)
-        assert client.close_code == 4408 and "over its 25 s limit" in client.close_reason
+        assert client.close_code == 4408 and "over its 10 s limit" in client.close_reason
 
 
 def test_the_server_log_has_no_traceback(server):

@@ -160,6 +160,16 @@ def test_hostile_uploads_leave_the_server_and_the_store_healthy(server, clip):
     assert not (server.artifacts / "voices" / "dave.safetensors").exists()
     with _delete(server, "carol") as response:
         assert response.status == 200
+    body = {
+        "name": "dana",
+        "audio": base64.b64encode(clip).decode(),
+        "x_vector_only_mode": True,
+        "consent": "synthetic",
+    }
+    with server.request("/v1/audio/voices", body) as response:  # JSON, the audio as base64
+        assert response.status == 201 and json.loads(response.read())["mode"] == "x_vector"
+    with _delete(server, "dana") as response:
+        assert response.status == 200
     assert sorted(p.name for p in (server.artifacts / "voices").iterdir()) == ["alice.safetensors", "bob.safetensors"]
     with server.request("/health") as response:
         assert response.status == 200
