@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import wave
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,3 +89,39 @@ def running_server(checkpoint: Path, work: Path, hardware: str, extra_args: list
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+def as_recording(messages: list) -> list:
+    """A WebSocket session's messages as events of the wire protocol (the parser checks order, counts, totals)."""
+    from vllm_omni.edge.stream import KIND_BINARY, KIND_JSON, RECORDING_MAGIC, record
+
+    data = RECORDING_MAGIC + b"".join(
+        record(KIND_BINARY, m) if isinstance(m, bytes) else record(KIND_JSON, m.encode()) for m in messages
+    )
+    return list(iter_events(io.BytesIO(data)))
+
+
+def client_speaks_the_full_decode(
+    server: Server, checkpoint: Path, work: Path, say: list[str], body: dict, frames: int
+) -> np.ndarray:
+    """Run the edge client (``say``: its text/voice arguments) against ``server``, and check its audio is the
+    full decode of the frames the server sends for ``body`` (>= 90 dB as 16-bit PCM); returns those frames."""
+    import torch
+
+    from vllm_omni.edge.audio import float_to_pcm16, snr_db
+    from vllm_omni.edge.checkpoint import load_code2wav_decoder
+
+    out = work / "speech.wav"
+    command = [sys.executable, "-m", "vllm_omni.edge.client", "--server", server.url, "--hardware", "cpu_x86_64"]
+    command += [*say, "--greedy", "--max-frames", str(frames), "--api-key", KEY]
+    command += ["--out", str(out), "--cache-dir", str(work / "cache")]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    sent = server.codec_frames({**body, "max_frames": frames})
+    with torch.inference_mode():
+        reference = load_code2wav_decoder(checkpoint)(torch.from_numpy(sent).T[None]).numpy().ravel()
+    with wave.open(str(out)) as handle:
+        heard = np.frombuffer(handle.readframes(handle.getnframes()), dtype="<i2")
+    assert heard.size == reference.size
+    assert snr_db(float_to_pcm16(reference).astype(np.float64), heard.astype(np.float64)) >= 90
+    return sent

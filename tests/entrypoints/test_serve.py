@@ -27,7 +27,7 @@ from vllm_omni.edge.audio import float_to_pcm16, snr_db
 from vllm_omni.edge.plan.model import ExecPlan
 from vllm_omni.edge.stream import FrameBatch, iter_events
 
-from .serving import KEY, running_server
+from .serving import KEY, as_recording, client_speaks_the_full_decode, running_server
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
@@ -134,26 +134,9 @@ def test_bad_speech_requests_get_clear_errors(server):
 
 
 def test_client_decodes_the_servers_stream_locally(server, offline_frames, talker_checkpoint, tmp_path):
-    from vllm_omni.edge.checkpoint import load_code2wav_decoder
-
-    out = tmp_path / "speech.wav"
-    command = [sys.executable, "-m", "vllm_omni.edge.client", "--server", server.url, "--hardware", "cpu_x86_64"]
-    command += ["--text", HELLO["input"], "--voice", "Ryan", "--language", "English", "--greedy", "--max-frames", "30"]
-    command += ["--api-key", KEY, "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-
-    frames = server.codec_frames({**HELLO, "max_frames": 30})
+    say = ["--text", HELLO["input"], "--voice", "Ryan", "--language", "English"]
+    frames = client_speaks_the_full_decode(server, talker_checkpoint, tmp_path, say, HELLO, 30)
     np.testing.assert_array_equal(frames, offline_frames["hello"])  # the server's frames = the offline generator's
-    import torch
-
-    decoder = load_code2wav_decoder(talker_checkpoint)
-    with torch.inference_mode():
-        reference = decoder(torch.from_numpy(frames).T[None]).numpy().ravel()
-    with wave.open(str(out)) as handle:
-        heard = np.frombuffer(handle.readframes(handle.getnframes()), dtype="<i2")
-    assert heard.size == reference.size
-    assert snr_db(float_to_pcm16(reference).astype(np.float64), heard.astype(np.float64)) >= 90
 
 
 def test_server_side_wav_is_the_exact_decode(server, offline_frames, talker_checkpoint):
@@ -241,16 +224,6 @@ def socket_messages(server, messages: list[dict], key: str = KEY, stop_after_bin
         except ConnectionClosed:
             pass
         return received, socket.close_code, socket.close_reason
-
-
-def as_recording(messages: list) -> list:
-    """The socket's messages as events of the wire protocol (the parser checks order, counts and totals)."""
-    from vllm_omni.edge.stream import KIND_BINARY, KIND_JSON, RECORDING_MAGIC, record
-
-    data = RECORDING_MAGIC + b"".join(
-        record(KIND_BINARY, m) if isinstance(m, bytes) else record(KIND_JSON, m.encode()) for m in messages
-    )
-    return list(iter_events(io.BytesIO(data)))
 
 
 def test_websocket_speaks_text_pieces_as_segments(server, offline_frames):

@@ -13,8 +13,6 @@ import io
 import json
 import shutil
 import socket
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 import wave
@@ -23,10 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vllm_omni.edge.audio import float_to_pcm16, snr_db
 from vllm_omni.edge.stream import FrameBatch
 
-from .serving import KEY, running_server
+from .serving import KEY, as_recording, client_speaks_the_full_decode, running_server
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
@@ -192,39 +189,15 @@ def test_a_cloned_voice_over_the_websocket(server, clip):
                 while True:
                     received.append(client.recv(timeout=120))
         assert client.close_code == 1000, client.close_reason
-        frames = [e.frames for e in as_events(received) if isinstance(e, FrameBatch) and len(e.frames)]
+        frames = [e.frames for e in as_recording(received) if isinstance(e, FrameBatch) and len(e.frames)]
         np.testing.assert_array_equal(np.concatenate(frames), expected)
-
-
-def as_events(messages: list) -> list:
-    from vllm_omni.edge.stream import KIND_BINARY, KIND_JSON, RECORDING_MAGIC, iter_events, record
-
-    data = RECORDING_MAGIC + b"".join(
-        record(KIND_BINARY, m) if isinstance(m, bytes) else record(KIND_JSON, m.encode()) for m in messages
-    )
-    return list(iter_events(io.BytesIO(data)))
 
 
 def test_a_cloned_voice_decodes_on_the_device_as_any_voice(server, base_checkpoint, tmp_path):
     """Edge unchanged: the device client asks for the uploaded voice by name and decodes the codec stream
     with the plan it downloads; its audio is the full decode of the frames the server sent."""
-    import torch
-
-    from vllm_omni.edge.checkpoint import load_code2wav_decoder
-
-    out = tmp_path / "cloned.wav"
-    command = [sys.executable, "-m", "vllm_omni.edge.client", "--server", server.url, "--hardware", "cpu_x86_64"]
-    command += ["--text", SAY["input"], "--voice", "alice", "--language", "English", "--greedy", "--max-frames", "20"]
-    command += ["--api-key", KEY, "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    frames = server.codec_frames({**SAY, "voice": "alice"})
-    with torch.inference_mode():
-        reference = load_code2wav_decoder(base_checkpoint)(torch.from_numpy(frames).T[None]).numpy().ravel()
-    with wave.open(str(out)) as handle:
-        heard = np.frombuffer(handle.readframes(handle.getnframes()), dtype="<i2")
-    assert heard.size == reference.size
-    assert snr_db(float_to_pcm16(reference).astype(np.float64), heard.astype(np.float64)) >= 90
+    say = ["--text", SAY["input"], "--voice", "alice", "--language", "English"]
+    client_speaks_the_full_decode(server, base_checkpoint, tmp_path, say, {**SAY, "voice": "alice"}, 20)
 
 
 def test_a_deleted_voice_is_gone(server):
