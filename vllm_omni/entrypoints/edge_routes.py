@@ -67,8 +67,6 @@ def build_router():
     from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
     from pydantic import ValidationError
 
-    from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
-
     from .speech_audio import AUDIO_FORMATS, wav_header
 
     router = APIRouter()
@@ -121,53 +119,28 @@ def build_router():
 
     @router.post("/v1/audio/voices")
     async def upload_voice(request: Request):
-        edge = state(request)
-        try:
-            stored = await save_voice(request, edge)
-        except (SpeechApiError, VoiceStoreError) as error:
-            return error_response(error.status, str(error))
-        except SpeechRequestError as error:
-            return error_response(400, str(error))
+        stored = await save_voice(request, state(request))
         return JSONResponse(stored.describe(), status_code=201)
 
     @router.delete("/v1/audio/voices/{name}")
     async def delete_voice(request: Request, name: str):
-        edge = state(request)
-        if edge.voice_store is None:
-            return error_response(400, "voices are uploaded to Base checkpoints; this one has only its own voices")
-        try:
-            edge.voice_store.delete(name)
-        except VoiceStoreError as error:
-            return error_response(error.status, str(error))
+        state(request).uploads().delete(name)
         return JSONResponse({"deleted": name})
 
-    async def speech_request(request: Request, edge: EdgeServingState, request_id: str):
-        """The checked body and its engine inputs (tokenized off the event loop)."""
+    @router.post("/v1/audio/speech")
+    async def speech(request: Request):
+        edge = state(request)
+        request_id = f"speech-{uuid.uuid4().hex}"
         data = parse_json(await read_body(request, edge.limits.max_body_bytes))
         try:
             body = speech_body.model_validate(data)
         except ValidationError as error:
             raise SpeechApiError(400, validation_message(error)) from None
         check_body(body, edge.limits, edge.served_models, edge.generator.config.tts_model_type)
-        if body.response_format == "codec" and body.edge_hardware not in edge.plans.published:
-            served = ", ".join(edge.plans.published) or "none"
-            raise SpeechApiError(404, f"hardware class {body.edge_hardware!r} is not served here; served: {served}")
-        try:
-            return body, await edge.prepare(to_speech_request(body, edge.voice_store), request_id)
-        except SpeechRequestError as error:
-            raise SpeechApiError(400, str(error)) from None
-
-    @router.post("/v1/audio/speech")
-    async def speech(request: Request):
-        edge = state(request)
-        request_id = f"speech-{uuid.uuid4().hex}"
-        try:
-            body, prepared = await speech_request(request, edge, request_id)
-        except SpeechApiError as error:
-            return error_response(error.status, str(error))
+        plan = edge.plan(body.edge_hardware) if body.response_format == "codec" else None
+        prepared = await edge.prepare(to_speech_request(body, edge.voice_store), request_id)  # tokenized off the loop
         fmt = body.response_format
-        if fmt == "codec":
-            plan = edge.plan(body.edge_hardware)
+        if plan is not None:
             stream = codec_stream(edge, plan, prepared, request_id, body.frames_per_message)
             return StreamingResponse(stream, media_type=CODEC_MEDIA_TYPE, headers={"X-Plan-Id": plan.plan_id})
         sample_rate = edge.plans.server_decoder.codec.sample_rate
@@ -208,8 +181,9 @@ def build_router():
 
 
 async def api_error(request, error):
-    """A :class:`SpeechApiError` (or :class:`VoiceStoreError`) raised by a route: OpenAI's error body."""
-    return error_response(error.status, str(error))
+    """A refusal raised by a route (:class:`SpeechApiError`, :class:`VoiceStoreError`, or the generator's
+    ``SpeechRequestError``, a 400): OpenAI's error body."""
+    return error_response(getattr(error, "status", 400), str(error))
 
 
 def is_text_route(path: str) -> bool:
@@ -231,8 +205,10 @@ class EdgeEndpointPlugin:
         quiet_known_noise()
         without_text_routes(app)
         app.include_router(build_router())
-        app.add_exception_handler(SpeechApiError, api_error)
-        app.add_exception_handler(VoiceStoreError, api_error)
+        from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
+
+        for error in (SpeechApiError, VoiceStoreError, SpeechRequestError):
+            app.add_exception_handler(error, api_error)
 
     async def init_state(self, engine_client, state, args) -> None:
         if engine_client is None:

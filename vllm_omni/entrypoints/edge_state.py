@@ -59,6 +59,14 @@ class EdgeServingState:
             raise SpeechApiError(404, f"hardware class {name!r} is not served here; served: {served}")
         return plan
 
+    def uploads(self) -> Any:
+        """The uploaded-voice store; a 400 for a checkpoint that is not Base (it speaks only its own voices)."""
+        from .speech_api import SpeechApiError
+
+        if self.voice_store is None:
+            raise SpeechApiError(400, "voices are uploaded to Base checkpoints; this one has only its own voices")
+        return self.voice_store
+
     async def encode_voice(self, request: Any) -> Any:
         """The voice ``request`` clones, its reference audio encoded on the voice pool (one thread: encoding
         seconds of audio never takes the decode pool's threads from live streams)."""

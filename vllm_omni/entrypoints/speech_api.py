@@ -48,6 +48,7 @@ def speech_body_model() -> Any:
     from pydantic import BaseModel, ConfigDict, Field, create_model
 
     from .speech import SpeechRequest
+    from .speech_audio import AUDIO_FORMATS
 
     class OpenAISpeech(BaseModel):
         model_config = ConfigDict(allow_inf_nan=False)  # JSON's NaN and Infinity are not numbers here
@@ -58,7 +59,7 @@ def speech_body_model() -> Any:
         instructions: str | None = None
         language: str | None = None
         task_type: Literal["CustomVoice", "VoiceDesign", "Base"] | None = None
-        response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm", "codec"] = "mp3"  # OpenAI's default
+        response_format: Literal[(*AUDIO_FORMATS, "codec")] = "mp3"  # OpenAI's default
         speed: float = 1.0
         stream_format: Literal["audio", "sse"] = "audio"
         edge_hardware: str | None = None

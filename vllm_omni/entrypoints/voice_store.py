@@ -96,14 +96,15 @@ class VoiceStore:
         names = sorted(p.stem for p in self.directory.glob("*.safetensors")) if self.directory.is_dir() else []
         return [stored for name in names if (stored := self.get(name)) is not None]
 
-    def check_room(self, name: str) -> None:
-        """Raise unless ``name`` is free and one more voice fits (checked before any encoding)."""
+    def check_room(self, name: str, size_bytes: int = 0) -> None:
+        """Raise unless ``name`` is free and one more voice (of ``size_bytes``, once known) fits: 409 or 507.
+        A server checks before encoding and again, with the file's size, before writing."""
         check_name(name)
         if self.get(name) is not None:
             raise VoiceStoreError(409, f"a voice named {name!r} exists; DELETE it first or choose another name")
         voices = self.list()
         used = sum(v.size_bytes for v in voices)
-        if len(voices) + 1 > self.max_voices or used >= self.max_bytes:
+        if len(voices) + 1 > self.max_voices or used + max(size_bytes, 1) > self.max_bytes:
             raise VoiceStoreError(
                 507,
                 f"the voice store is full ({len(voices)} voices, {used} bytes; limits {self.max_voices} voices, "
@@ -121,12 +122,8 @@ class VoiceStore:
             tensors["reference_codes"] = np.asarray(voice.reference_codes, dtype=np.int64)
         created = time.time()
         metadata = {"name": name, "ref_text": json.dumps(voice.reference_text), "consent": consent}
-        metadata |= {"created": repr(created), "hidden_size": str(self.shape[0])}
-        data = save(tensors, metadata=metadata)
-        self.check_room(name)
-        used = sum(v.size_bytes for v in self.list())
-        if used + len(data) > self.max_bytes:
-            raise VoiceStoreError(507, f"this voice ({len(data)} bytes) does not fit the store's {self.max_bytes}")
+        data = save(tensors, metadata=metadata | {"created": repr(created)})
+        self.check_room(name, len(data))
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             write_atomically(self.directory / f"{name}.safetensors", lambda path: path.write_bytes(data))
@@ -197,8 +194,7 @@ async def save_voice(request: Any, edge: Any) -> StoredVoice:
     from .speech_api import SpeechApiError, check_text, decode_audio_field, parse_json
     from .speech_http import read_body
 
-    if edge.voice_store is None:
-        raise SpeechApiError(400, "voices are uploaded to Base checkpoints; this one has only its own voices")
+    store = edge.uploads()
     limit = edge.limits.max_body_bytes
     kind = request.headers.get("content-type", "")
     if kind.startswith("multipart/form-data"):
@@ -236,9 +232,9 @@ async def save_voice(request: Any, edge: Any) -> StoredVoice:
         raise SpeechApiError(400, "ref_text must be a string, the transcript of the audio")
     check_text("ref_text", ref_text, edge.limits.max_input_chars, "speech-max-input-chars")
     x_vector_only = str(fields.get("x_vector_only_mode", "false")).lower() in ("true", "1")
-    edge.voice_store.check_room(name)  # before the encoding's CPU time
+    store.check_room(name)  # before the encoding's CPU time
     request_voice = SpeechRequest(text="Hello.", ref_audio=audio, ref_text=ref_text, x_vector_only_mode=x_vector_only)
     voice = await edge.encode_voice(request_voice)
     # A voice must leave room for text: its prompt is built once here, as a request would build it.
     await edge.prepare(SpeechRequest(text="Hello.", voice=voice), f"voice-check-{name}")
-    return edge.voice_store.save(name, voice, consent.strip())
+    return store.save(name, voice, consent.strip())
