@@ -22,15 +22,18 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
     Qwen3TTSTokenizerV2Config,
     Qwen3TTSTokenizerV2Decoder,
 )
+from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.files import (
+    CONFIG_FILE,
+    SPEECH_TOKENIZER_DIR,
+    WEIGHTS_FILE,
+    find_speech_tokenizer_dir,
+)
 
 from .errors import CheckpointError, CheckpointNotFoundError
 from .files import file_sha256
 
 logger = logging.getLogger(__name__)
 
-SPEECH_TOKENIZER_DIR = "speech_tokenizer"
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 DECODER_PREFIX = "decoder."
 
 
@@ -72,9 +75,9 @@ def resolve_speech_tokenizer(model: str | os.PathLike[str]) -> SpeechTokenizerFi
     model_id = os.fspath(model)
     path = Path(model_id).expanduser()
     if path.is_dir():
-        for candidate in (path / SPEECH_TOKENIZER_DIR, path):
-            if (candidate / CONFIG_FILE).is_file() and (candidate / WEIGHTS_FILE).is_file():
-                return SpeechTokenizerFiles(model_id, candidate)
+        found = find_speech_tokenizer_dir(path)
+        if found is not None:
+            return SpeechTokenizerFiles(model_id, found)
         raise CheckpointError(
             f"{path} is not a Qwen3-TTS checkpoint: expected {SPEECH_TOKENIZER_DIR}/{CONFIG_FILE} and "
             f"{SPEECH_TOKENIZER_DIR}/{WEIGHTS_FILE} inside it (found: {sorted(p.name for p in path.iterdir())[:10]}). "

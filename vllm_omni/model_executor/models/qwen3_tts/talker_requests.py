@@ -84,16 +84,14 @@ class TalkerRequestSpec:
             raise ValueError("reference_codes must be frames of one width, codes >= 0")
 
     def check_voice(self, hidden_size: int, groups: int, codebook_size: int) -> None:
-        """Raise ``ValueError`` unless the voice vectors fit the model (sizes, finite values, code ranges)."""
-        if self.speaker_embedding and (
-            len(self.speaker_embedding) != hidden_size or not all(math.isfinite(x) for x in self.speaker_embedding)
-        ):
+        """Raise ``ValueError`` unless the voice vectors are well formed (:meth:`check_voice_values`) and fit the
+        model: an embedding of its hidden size, frames of ``groups`` codes in ``[0, codebook_size)``."""
+        self.check_voice_values()
+        if self.speaker_embedding and len(self.speaker_embedding) != hidden_size:
             raise ValueError(
                 f"speaker_embedding must be {hidden_size} finite numbers (the talker's hidden size), "
                 f"got {len(self.speaker_embedding)}"
             )
-        if len(self.reference_codes) >= VOICE_SLOTS:
-            raise ValueError(f"at most {VOICE_SLOTS - 1} reference frames, got {len(self.reference_codes)}")
         for index, frame in enumerate(self.reference_codes):
             if len(frame) != groups or not all(0 <= code < codebook_size for code in frame):
                 raise ValueError(

@@ -43,12 +43,10 @@ from .encoder_layout import (
     encoder_transformer_samples_per_frame,
 )
 from .errors import EncoderConfigError, EncoderWeightsError, InvalidAudioError
+from .files import CONFIG_FILE, SPEECH_TOKENIZER_DIR, WEIGHTS_FILE, find_speech_tokenizer_dir
 
 logger = logging.getLogger(__name__)
 
-SPEECH_TOKENIZER_DIR = "speech_tokenizer"
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 ENCODER_PREFIX = "encoder."
 # The attention kernel of the official run (transformers 4.57 picks SDPA by default); eager gives the same
 # codes on the test checkpoints, SDPA is faster.
@@ -220,9 +218,9 @@ class SpeechTokenizerEncoder(nn.Module):
 def resolve_speech_tokenizer_dir(model: str | os.PathLike[str]) -> Path:
     """``model`` itself or its ``speech_tokenizer/`` folder, whichever holds ``config.json`` + ``model.safetensors``."""
     path = Path(model).expanduser()
-    for candidate in (path / SPEECH_TOKENIZER_DIR, path):
-        if (candidate / CONFIG_FILE).is_file() and (candidate / WEIGHTS_FILE).is_file():
-            return candidate
+    found = find_speech_tokenizer_dir(path)
+    if found is not None:
+        return found
     raise EncoderConfigError(
         f"no speech tokenizer at {path}: expected {CONFIG_FILE} and {WEIGHTS_FILE} in it or in its "
         f"{SPEECH_TOKENIZER_DIR}/ folder (the layout of a released Qwen3-TTS-12Hz checkpoint)"
