@@ -44,12 +44,18 @@ def test_prompt_ids_and_residual_channel_round_trip():
         decode_residuals([*columns, columns[0] + 1], 3072, 2048, 15)
 
 
-@pytest.fixture(scope="module")
-def builder(talker_checkpoint: Path) -> PromptBuilder:
+def prompt_builder(checkpoint: Path, model_type: str | None = None) -> PromptBuilder:
+    """The checkpoint's prompt builder (200 positions), its config read as ``model_type`` if given."""
     from transformers import AutoTokenizer
 
-    config = Qwen3TTSConfig.from_pretrained(talker_checkpoint)
-    return PromptBuilder(config, AutoTokenizer.from_pretrained(talker_checkpoint), max_prompt_positions=200)
+    config = Qwen3TTSConfig.from_pretrained(checkpoint)
+    config.tts_model_type = model_type or config.tts_model_type
+    return PromptBuilder(config, AutoTokenizer.from_pretrained(checkpoint), max_prompt_positions=200)
+
+
+@pytest.fixture(scope="module")
+def builder(talker_checkpoint: Path) -> PromptBuilder:
+    return prompt_builder(talker_checkpoint)
 
 
 def pairs(builder: PromptBuilder, ids: list[int]) -> list[tuple[int, int | None]]:
@@ -106,11 +112,7 @@ def test_bad_prompts_list_what_is_allowed(builder: PromptBuilder):
 @pytest.fixture(scope="module")
 def base_builder(talker_checkpoint: Path) -> PromptBuilder:
     """The same talker read as a Base checkpoint (the prompt layout needs only the config and tokenizer)."""
-    from transformers import AutoTokenizer
-
-    config = Qwen3TTSConfig.from_pretrained(talker_checkpoint)
-    config.tts_model_type = "base"
-    return PromptBuilder(config, AutoTokenizer.from_pretrained(talker_checkpoint), max_prompt_positions=200)
+    return prompt_builder(talker_checkpoint, "base")
 
 
 def layout(builder: PromptBuilder, ids: list[int]) -> list[tuple]:
