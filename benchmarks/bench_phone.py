@@ -1,28 +1,31 @@
-"""npu_phone: windowed vs stateful ExecuTorch plans on the same streams, one process per plan and stream.
+"""npu_phone against the CPU plan: the ExecuTorch (XNNPACK) stateful step next to the onnxruntime step.
 
-    python benchmarks/bench_phone.py --out out/bench_phone --geometry released \
-        [--windowed-plan DIR] [--stateful-plan DIR] [--seconds 3 20]
+    python benchmarks/bench_phone.py --out out/bench_phone --geometry released [--threads 1 2] [--seconds 20]
+        [--model DIR] [--stateful-plan DIR] [--cpu-plan DIR] [--windowed-plan DIR | --windowed]
 
 RANDOM WEIGHTS (a released-layout checkpoint written by make_checkpoint, reused across runs), so
-the SNRs measure the graphs, not the voice. The plans are built with ``python -m vllm_omni.edge
-build --hardware npu_phone [--graph stateful]`` (each program verified in the ExecuTorch runtime
-during the build); pass their directories, or let this script build them under ``--out``.
+the SNRs measure the graphs, not the voice. The plans are the real builds of the same checkpoint
+(``build --hardware npu_phone --graph stateful`` and ``build --hardware cpu_x86_64``, each verified
+during its build); pass their directories, or let this script build them under ``--out``.
 
-Per plan and stream length, in its own process (thread pools of different runtimes fight on 2 cores):
-``ExecPlan.load`` + ``open_decoder(plan)`` (open seconds: sha256 of every file, program load,
-methods; the Python import of torch + executorch is reported apart), then the stream fed one
-frame at a time, as a talker emits them: real-time factor (decode seconds / audio seconds),
-first audio (decode seconds until the first PCM comes back, the open excluded), peak RSS, and the
-SNR (dB) of the whole stream against the eager full decode (its own process). Program size is the
-plan's distinct files.
+Each row runs in its own process (thread pools of different runtimes fight on 2 cores): the plan
+opened with ``threads`` (onnxruntime's intra-op threads, ExecuTorch's thread pool), then the stream
+fed one frame at a time, as a talker emits them. Per row: real-time factor (decode seconds / audio
+seconds) and its ratio to the onnxruntime row at the same thread count (the baseline, measured in
+the same run), first audio (decode seconds until the first PCM, the open excluded), the RSS before
+the plan opened (Python, torch and the runtime's bindings) and the peak, the decoder's share of it
+(peak minus before) against the weights' bytes, the delegated share of FLOPs and the time outside
+the delegate (the build's delegation report), and the SNR of the whole stream against the eager
+full decode (its own process).
 
-Writes ``phone.json`` and prints a table.
+Writes ``phone.json`` and ``phone.png`` and prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -32,22 +35,52 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workers import peak_rss_mb, run_worker, time_full_decode
 
 
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def drop_memory_locking() -> None:
+    """Run as an app does: without ``CAP_IPC_LOCK`` (as root the runtime's loader would mlock every segment)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_capbset_drop, cap_ipc_lock = 24, 14
+        libc.prctl(pr_capbset_drop, cap_ipc_lock, 0, 0, 0)
+        # drop it from the effective set too: capset with the current sets minus the bit
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+        data = (ctypes.c_uint32 * 6)()
+        if libc.capget(header, data) == 0:
+            data[0] &= ~(1 << cap_ipc_lock)
+            data[1] &= ~(1 << cap_ipc_lock)
+            libc.capset(header, data)
+    except (OSError, AttributeError):
+        pass
+
+
 def worker_plan(args) -> dict:
     import numpy as np
 
+    drop_memory_locking()
     from vllm_omni.edge.plan import ExecPlan
     from vllm_omni.edge.runtime.open import open_decoder
 
     codes = np.load(args.codes)
-    start = time.perf_counter()
-    from vllm_omni.edge.backends.executorch import quiet_executorch_import
-
-    with quiet_executorch_import():
-        import executorch.runtime  # noqa: F401  (torch + the runtime: a Python cost, not the device's)
-    import_seconds = time.perf_counter() - start
-    start = time.perf_counter()
     plan = ExecPlan.load(args.plan)
-    decoder = open_decoder(plan)
+    if plan.backend == "executorch":
+        from vllm_omni.edge.backends.executorch import quiet_executorch_import
+
+        with quiet_executorch_import():
+            import executorch.runtime  # noqa: F401  (torch + the bindings: a Python cost, not the device's)
+    else:
+        import onnxruntime  # noqa: F401
+    before_open = rss_mb()
+    start = time.perf_counter()
+    threads = args.threads[0]
+    decoder = open_decoder(plan, threads=threads)
     open_seconds = time.perf_counter() - start
     pieces, first_audio, seconds = [], None, 0.0
     for index in range(len(codes)):
@@ -60,13 +93,15 @@ def worker_plan(args) -> dict:
     start = time.perf_counter()
     pieces.append(decoder.flush())
     seconds += time.perf_counter() - start
-    audio = np.concatenate(pieces)
-    np.save(args.audio_out, audio)
+    np.save(args.audio_out, np.concatenate(pieces))
     audio_seconds = len(codes) * plan.codec.samples_per_frame / plan.codec.sample_rate
     files = {artifact.file: artifact.size_bytes for artifact in plan.artifacts.values()}
     return {
         "plan": str(args.plan),
+        "runtime": plan.backend,
         "graph_kind": plan.graph_kind,
+        "hardware_class": plan.hardware_class,
+        "threads": threads,
         "schedule": (
             f"ramp {plan.windowed['ramp']}, context {plan.windowed['context_frames']}"
             if plan.windowed
@@ -74,26 +109,24 @@ def worker_plan(args) -> dict:
         ),
         "frames": len(codes),
         "audio_seconds": audio_seconds,
-        "import_seconds": import_seconds,
         "open_seconds": open_seconds,
         "seconds": seconds,
         "rtf": seconds / audio_seconds,
         "first_audio_seconds": first_audio,
+        "rss_before_open_mb": before_open,
         "peak_rss_mb": peak_rss_mb(),
         "program_bytes": sum(files.values()),
-        "files": len(files),
-        "methods": len(plan.artifacts),
+        "delegation": plan.build.get("delegation"),
     }
 
 
-def build_plan(model: Path, out: Path, graph: str, extra: list[str]) -> Path:
+def build_plan(model: Path, out: Path, hardware: str, extra: list[str]) -> Path:
     from vllm_omni.edge.cli.main import main as edge_main
 
     if not (out / "exec_plan.json").exists():
-        print(f"[bench] building npu_phone --graph {graph} into {out}", flush=True)
-        command = ["build", "--hardware", "npu_phone", "--graph", graph, "--model", str(model), "--out", str(out)]
-        if edge_main([*command, *extra]) != 0:
-            raise SystemExit(f"the {graph} build failed")
+        print(f"[bench] building {hardware} {' '.join(extra)} into {out}", flush=True)
+        if edge_main(["build", "--hardware", hardware, *extra, "--model", str(model), "--out", str(out)]) != 0:
+            raise SystemExit(f"the {hardware} build failed")
     return out
 
 
@@ -102,10 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("out/bench_phone"))
     parser.add_argument("--geometry", choices=("released", "small"), default="released")
     parser.add_argument("--model", type=Path, help="checkpoint (default: a random-weight one under --out)")
-    parser.add_argument("--windowed-plan", type=Path, help="an npu_phone windowed plan (default: built under --out)")
     parser.add_argument("--stateful-plan", type=Path, help="an npu_phone stateful plan (default: built under --out)")
-    parser.add_argument("--build-args", nargs="*", default=[], help="extra build arguments (small: --ramp 2 ...)")
-    parser.add_argument("--seconds", type=float, nargs="+", default=[3.0, 20.0], help="stream lengths")
+    parser.add_argument("--cpu-plan", type=Path, help="a cpu_x86_64 plan (default: built under --out)")
+    parser.add_argument("--windowed-plan", type=Path, help="also time an npu_phone windowed plan (at 2 threads)")
+    parser.add_argument("--windowed", action="store_true", help="build and time the windowed plan (slow to lower)")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--seconds", type=float, default=20.0, help="stream length")
     # worker mode (internal)
     parser.add_argument("--worker", choices=("plan", "full"))
     parser.add_argument("--plan"), parser.add_argument("--codes"), parser.add_argument("--audio-out")
@@ -126,63 +161,121 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     model = args.model or ensure_checkpoint(args.out / f"checkpoint-{args.geometry}", args.geometry)
-    plans = {
-        "windowed": args.windowed_plan or build_plan(model, args.out / "windowed", "windowed", args.build_args),
-        "stateful": args.stateful_plan or build_plan(model, args.out / "stateful", "stateful", args.build_args),
-    }
-    weights_bytes = sum(
-        path.stat().st_size for path in resolve_speech_tokenizer(str(model)).directory.glob("*.safetensors")
+    stateful = args.stateful_plan or build_plan(model, args.out / "stateful", "npu_phone", ["--graph", "stateful"])
+    cpu = args.cpu_plan or build_plan(model, args.out / "cpu", "cpu_x86_64", [])
+    windowed = args.windowed_plan
+    if windowed is None and args.windowed:
+        windowed = build_plan(model, args.out / "windowed", "npu_phone", [])
+    weights = resolve_speech_tokenizer(str(model)).directory.glob("*.safetensors")
+    weights_bytes = sum(path.stat().st_size for path in weights)
+    frames = round(args.seconds * 12.5)
+    codes_path = args.out / f"codes_{frames}.npy"
+    np.save(codes_path, random_codes(frames, seed=2026)[0].T.numpy())
+    print(f"[bench] full decode, {frames} frames", flush=True)
+    full_audio = args.out / f"full_{frames}.npy"
+    full = run_worker(
+        __file__,
+        ["--worker", "full", "--model", str(model), "--codes", str(codes_path), "--audio-out", str(full_audio)],
     )
+    reference = np.load(full_audio)
+    runs = [(plan, threads) for threads in args.threads for plan in (cpu, stateful)]
+    runs += [(windowed, 2)] if windowed else []
     rows = []
-    for seconds in args.seconds:
-        frames = round(seconds * 12.5)
-        codes_path = args.out / f"codes_{frames}.npy"
-        np.save(codes_path, random_codes(frames, seed=2026)[0].T.numpy())
-        print(f"[bench] full decode, {frames} frames", flush=True)
-        full_audio = args.out / f"full_{frames}.npy"
-        full = run_worker(
+    for plan, threads in runs:
+        print(f"[bench] {plan.name}, {threads} thread(s), {frames} frames", flush=True)
+        audio_out = args.out / f"{plan.name}_{threads}_{frames}.npy"
+        row = run_worker(
             __file__,
-            ["--worker", "full", "--model", str(model), "--codes", str(codes_path), "--audio-out", str(full_audio)],
+            [
+                *("--worker", "plan", "--plan", str(plan), "--codes", str(codes_path)),
+                *("--audio-out", str(audio_out), "--threads", str(threads)),
+            ],
         )
-        reference = np.load(full_audio)
-        rows.append({"graph_kind": "full decode (eager torch)", "frames": frames, **full})
-        for kind, plan in plans.items():
-            print(f"[bench] {kind} plan, {frames} frames", flush=True)
-            audio_out = args.out / f"{kind}_{frames}.npy"
-            row = run_worker(
-                __file__,
-                ["--worker", "plan", "--plan", str(plan), "--codes", str(codes_path), "--audio-out", str(audio_out)],
-            )
-            row["snr_db_vs_full"] = round(snr_db(reference, np.load(audio_out)), 1)
-            row["program_vs_weights"] = row["program_bytes"] / weights_bytes
-            rows.append(row)
-    result = {"geometry": args.geometry, "weights": "random", "weights_bytes": weights_bytes, "rows": rows}
+        row["snr_db_vs_full"] = round(snr_db(reference, np.load(audio_out)), 1)
+        rows.append(row)
+    baseline = {row["threads"]: row["rtf"] for row in rows if row["runtime"] == "onnxruntime"}
+    for row in rows:
+        row["rtf_vs_onnxruntime"] = row["rtf"] / baseline[row["threads"]] if row["threads"] in baseline else None
+    result = {
+        "geometry": args.geometry,
+        "weights": "random",
+        "weights_bytes": weights_bytes,
+        "frames": frames,
+        "host_cpus": os.cpu_count(),
+        "full_decode": full,
+        "rows": rows,
+    }
     (args.out / "phone.json").write_text(json.dumps(result, indent=2))
+    plot(result, args.out / "phone.png")
     print(table(result))
     return 0
 
 
+def _label(row: dict) -> str:
+    if row["runtime"] == "onnxruntime":
+        return f"onnxruntime {row['hardware_class']}"
+    return f"ExecuTorch {row['graph_kind']}"
+
+
+def _delegation(row: dict) -> str:
+    reports = row.get("delegation") or {}
+    if not reports:
+        return "-"
+    main = max(reports.values(), key=lambda report: report["flops"])  # the main step
+    share = main.get("outside_time_share")
+    time_outside = f", {100 * share:.2f}% time outside" if share is not None else ""
+    return f"{100 * main['delegated_flops_share']:.2f}% FLOPs{time_outside}"
+
+
 def table(result: dict) -> str:
+    weights_mib = result["weights_bytes"] / 2**20
+    full = result["full_decode"]
     lines = [
-        f"npu_phone, {result['geometry']} geometry, RANDOM WEIGHTS; weights {result['weights_bytes'] / 1e6:.1f} MB",
+        f"npu_phone vs cpu_x86_64, {result['geometry']} geometry, RANDOM WEIGHTS; {result['frames']} frames fed one "
+        f"at a time; weights {weights_mib:.0f} MiB; eager full decode RTF {full['rtf']:.3f} (this host's load)",
         "",
-        "| graph | plan | frames (audio s) | RTF | first audio s | open s | peak RSS MB | MB (x weights) | SNR dB |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| runtime | plan | threads | RTF | x onnxruntime | first audio s | RSS before open MiB | decoder RSS MiB "
+        "(x weights) | process peak MiB (x weights) | delegated | SNR dB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
-        program = (
-            f"{row['program_bytes'] / 1e6:.1f} ({row['program_vs_weights']:.2f}x, {row['files']} file)"
-            if "program_bytes" in row
-            else "-"
-        )
+        ratio = row.get("rtf_vs_onnxruntime")
+        decoder = row["peak_rss_mb"] - row["rss_before_open_mb"]
         first = row.get("first_audio_seconds")
         lines.append(
-            f"| {row['graph_kind']} | {row.get('schedule', '-')} | {row['frames']} ({row['audio_seconds']:.2f}) | "
-            f"{row['rtf']:.2f} | "
-            f"{'-' if first is None else f'{first:.3f}'} | {row.get('open_seconds', 0):.1f} | "
-            f"{row['peak_rss_mb']:.0f} | {program} | {row.get('snr_db_vs_full', '-')} |"
+            f"| {_label(row)} | {row['schedule']} | {row['threads']} | {row['rtf']:.3f} | "
+            f"{'-' if ratio is None else f'{ratio:.2f}'} | {'-' if first is None else f'{first:.3f}'} | "
+            f"{row['rss_before_open_mb']:.0f} | {decoder:.0f} ({decoder / weights_mib:.2f}x) | "
+            f"{row['peak_rss_mb']:.0f} ({row['peak_rss_mb'] / weights_mib:.2f}x) | {_delegation(row)} | "
+            f"{row['snr_db_vs_full']} |"
         )
     return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    labels = [f"{_label(row)}\n{row['threads']} thread(s)" for row in rows]
+    figure, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4))
+    speed.barh(labels, [row["rtf"] for row in rows], color="tab:blue")
+    speed.axvline(1.0, color="gray", linestyle="--", linewidth=1)
+    speed.set_xlabel("real-time factor (lower is faster)")
+    weights_mib = result["weights_bytes"] / 2**20
+    decoder_share = [(row["peak_rss_mb"] - row["rss_before_open_mb"]) / weights_mib for row in rows]
+    memory.barh(labels, decoder_share, color="tab:green")
+    memory.axvline(1.5, color="gray", linestyle="--", linewidth=1)
+    memory.set_xlabel("decoder RSS / weights")
+    memory.set_yticklabels([])
+    figure.suptitle(
+        f"npu_phone vs cpu_x86_64, {result['geometry']} geometry, RANDOM WEIGHTS, {result['frames']} frames"
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import torch
 
 from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.backends.executorch import STEP_CONTRACT_KEY, load_program, metadata_method, step_contract_of
+from vllm_omni.edge.backends.executorch_delegation import DelegationReport
 from vllm_omni.edge.builders.executorch_steps import PROGRAM_NAME
 from vllm_omni.edge.cli.main import main as edge_main
 from vllm_omni.edge.plan import ExecPlan, ExecPlanError
@@ -41,6 +42,19 @@ def test_the_stateful_phone_plan_names_two_methods_of_one_program(phone_steps_pl
         assert check["runtime"] == "executorch" and check["snr_db"] >= EXACT_DB
         # longer than the KV history twice over: the sliding window and the conv tails were exercised
         assert check["frames"] > 2 * plan.step_contract(role).kv_slots
+
+
+def test_each_step_method_runs_whole_in_one_xnnpack_call_and_reports_it(phone_steps_plan):
+    plan = ExecPlan.load(phone_steps_plan)
+    assert plan.build["graph_layout"] == "xnnpack_whole"
+    for method in ("step_b2", "step_b4"):
+        report = DelegationReport.from_json(plan.build["delegation"][method])
+        assert report.delegate == "xnnpack" and report.delegate_calls == 1
+        # left outside: only data movement of the int64 codes and the final join of the cache
+        assert {ops.kind for ops in report.outside} <= {"select_copy", "embedding", "cat"}
+        assert report.outside_flops == 0 and report.delegated_flops_share == 1.0
+        assert report.step_seconds > 0 and 0 <= report.outside_time_share < 1  # profiled in the runtime
+        assert f"delegation {report.summary()}" in plan.summary()
 
 
 def test_the_program_carries_each_step_contract_as_a_constant_method(phone_steps_plan):

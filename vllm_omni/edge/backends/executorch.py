@@ -21,10 +21,13 @@ import contextlib
 import importlib
 import json
 import logging
+import math
 import os
 import re
 import sys
 import tempfile
+import warnings
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ from ..graphs.step_contract import StepContract, StepContractError
 from ..graphs.window_contract import WindowContract
 from ..plan.model import ExecPlan
 from ..plan.schema import ExecPlanError
+from .executorch_delegation import count_flops, delegation_report, op_kind
 from .registry import BackendUnavailableError, LoadedWhileHeld, RunnerOptions
 from .window_programs import WindowProgramBackend, check_program_metadata
 
@@ -151,7 +155,8 @@ class ExecuTorchProgramWriter:
         """Lower ``{method: (ExportedProgram, metadata)}`` together into one program at ``path``.
 
         The methods share the weights (stored once); each method's ``metadata`` becomes constant
-        methods ``{method}__{key}`` (bare keys for a lone ``forward``). Returns op counts per method.
+        methods ``{method}__{key}`` (bare keys for a lone ``forward``). Returns op counts per method,
+        with its :class:`~.executorch_delegation.DelegationReport` as JSON under ``delegation``.
         """
         from executorch.devtools.backend_debug import get_delegation_info
         from executorch.exir import to_edge_transform_and_lower
@@ -166,14 +171,18 @@ class ExecuTorchProgramWriter:
         if clashes:
             raise BackendUnavailableError(f"method names {sorted(clashes)} clash with metadata methods; rename them")
         exported = {method: program for method, (program, _) in methods.items()}
+        flops = {method: count_flops(ep.module(), ep.example_inputs[0]) for method, ep in exported.items()}
         edge = to_edge_transform_and_lower(exported, partitioner=partitioners, constant_methods=constants)
         ops = {}
         for method in methods:
-            info = get_delegation_info(edge.exported_program(method).graph_module)
+            lowered = edge.exported_program(method).graph_module
+            info = get_delegation_info(lowered)
+            report = delegation_report(method, self.partitioner, lowered, flops[method])
             ops[method] = {
                 "delegated": int(info.num_delegated_nodes),
                 "portable": int(info.num_non_delegated_nodes),
                 "delegate_subgraphs": int(info.num_delegated_subgraphs),
+                "delegation": report.to_json(),
             }
         program = edge.to_executorch()
 
@@ -194,6 +203,52 @@ def load_program(path: str | os.PathLike[str]) -> Any:
             return Runtime.get().load_program(Path(path))
         except (RuntimeError, ValueError) as exc:
             raise ExecPlanError(f"the ExecuTorch runtime cannot load {path} ({exc}); copy it again or rebuild") from exc
+
+
+def profile_outside_time(path: Path, method: str, inputs: list[Any], runs: int = 3) -> tuple[dict[str, float], float]:
+    """``({kind: seconds per call}, step seconds)`` of ``method`` of the program at ``path``, from ETDump.
+
+    Runs the method ``runs`` times after one warm-up, in the ExecuTorch runtime with its event
+    tracer on; the portable kernels' events (``native_call_<op>``) are the operators outside the
+    delegate, ``Method::execute`` the whole step.
+    """
+    from executorch.devtools import Inspector
+    from executorch.runtime import Runtime
+
+    with quiet_executorch_import(), native_stderr_without(CPUINFO_NOISE):
+        program = Runtime.get().load_program(Path(path), enable_etdump=True, debug_buffer_size=0)
+        loaded = program.load_method(method)
+        loaded.execute(inputs)  # warm-up (XNNPACK packs its weights on the first call)
+        for _ in range(runs):
+            loaded.execute(inputs)
+        with tempfile.TemporaryDirectory() as scratch:
+            etdump = Path(scratch) / "profile.etdp"
+            program.write_etdump_result_to_file(str(etdump), str(Path(scratch) / "debug.bin"))
+            with warnings.catch_warnings():  # "Output Buffer not found": no tensor data was asked for
+                warnings.simplefilter("ignore", UserWarning)
+                inspector = Inspector(etdump_path=str(etdump))
+    outside: Counter[str] = Counter()
+    step, kind = 0.0, None
+    for block in inspector.event_blocks:
+        if block.name != "Execute":
+            continue
+        for event in block.events:  # in execution order
+            if event.perf_data is None:
+                continue
+            raw = list(event.perf_data.raw)[-runs:]  # milliseconds, one per run; the warm-up first
+            seconds = sum(raw) / len(raw) / 1000.0
+            if event.name == "Method::execute":
+                step += seconds
+            elif event.name.startswith("native_call_"):
+                kind, kernel_seconds = op_kind(event.name), seconds
+                outside[kind] += seconds
+            elif event.name == "OPERATOR_CALL" and kind is not None:
+                # the kernel's envelope (argument checks, dispatch) around the native call just before it
+                outside[kind] += max(seconds - kernel_seconds, 0.0)
+                kind = None
+    if not math.isfinite(step) or step <= 0:
+        step = sum(outside.values())
+    return dict(outside), step
 
 
 def program_metadata(program: Any, method: str) -> dict[str, Any]:
@@ -319,6 +374,8 @@ class ExecuTorchBackend(WindowProgramBackend):
     def open_runner(self, plan: ExecPlan, role: str, options: RunnerOptions) -> Any:
         artifact = plan.artifacts[role]
         method = artifact.method or SINGLE_METHOD
+        if options.threads is not None:
+            set_threads(options.threads)
         if plan.graph_kind == "windowed":
             window = {window.name: window for window in plan.schedule}[role]
             contract = WindowContract(window, plan.codec)
@@ -332,6 +389,17 @@ class ExecuTorchBackend(WindowProgramBackend):
                 f"vs {expected.cache_numel}); the plan was written for another program: rebuild it"
             )
         return runner
+
+
+def set_threads(threads: int) -> None:
+    """Size the runtime's thread pool (process-wide: XNNPACK's kernels in every loaded program use it)."""
+    if threads < 1:
+        raise ExecPlanError(f"threads must be >= 1, found {threads}")
+    with quiet_executorch_import(), native_stderr_without(CPUINFO_NOISE):
+        from executorch.extension.pybindings import portable_lib
+
+        if portable_lib._threadpool_get_thread_count() != threads:
+            portable_lib._unsafe_reset_threadpool(threads)
 
 
 # Programs loaded while some runner still holds them, by (file, identity): the methods of one file share one.

@@ -1,12 +1,15 @@
 """The stateful step for phones: one ExecuTorch program with a method per step size, checked in its runtime.
 
-``npu_phone --graph stateful`` exports :class:`~..graphs.stateful.Code2WavStep` at each step size
+``npu_phone --graph stateful`` exports :class:`~..graphs.phone_layout.Code2WavPhoneStep` (the step
+in the ops XNNPACK delegates) at each step size
 (first B=2, main B=16 by default) through ``torch.export`` and lowers them *together* into one
 ``steps.pte`` (methods ``step_b2``, ``step_b16``), so the weights are stored once. Each method
 carries its step contract as a constant method (``step_b16__step_contract()``), and the plan
 names the same file for both roles with the method of each. Before the plan is written, the
 program runs in the ExecuTorch runtime through the device's :class:`StatefulDecoder` over a
 stream longer than the sliding window (main alone, then first + main) against the full decode.
+Each method's delegation report (operators outside the delegate by kind, their share of the FLOPs
+and, profiled in the runtime, of the step's time) goes into the build output and ``build.delegation``.
 """
 
 from __future__ import annotations
@@ -20,12 +23,19 @@ import torch
 
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2Decoder
 
-from ..backends.executorch import STEP_CONTRACT_KEY, ExecuTorchProgramWriter, ExecuTorchStepRunner, load_program
+from ..backends.executorch import (
+    STEP_CONTRACT_KEY,
+    ExecuTorchProgramWriter,
+    ExecuTorchStepRunner,
+    load_program,
+    profile_outside_time,
+)
+from ..backends.executorch_delegation import DelegationReport
 from ..backends.torch_export import quiet_torch_export
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
 from ..errors import EdgeExportError
 from ..files import file_sha256, remove_partial_files
-from ..graphs.stateful import Code2WavStep
+from ..graphs.phone_layout import PHONE_LAYOUT, Code2WavPhoneStep
 from ..hardware.registry import HardwareClass
 from ..plan.construct import StepArtifact, stateful_plan
 from ..plan.model import ExecPlan
@@ -48,7 +58,7 @@ def write_step_program(
     """Export the step of each size and lower them into one program at ``path``; op counts per method."""
     methods: dict[str, tuple[Any, dict[str, Any]]] = {}
     for frames in sorted(set(step_sizes)):
-        step = Code2WavStep(decoder, frames).eval()
+        step = Code2WavPhoneStep(decoder, frames).eval()
         with torch.no_grad(), quiet_torch_export():
             exported = torch.export.export(step, step.example_inputs())
         methods[step_method(frames)] = (exported, {STEP_CONTRACT_KEY: json.dumps(step.contract.to_json())})
@@ -62,6 +72,23 @@ def write_step_program(
             f"lowering the steps {sorted(methods)} to ExecuTorch ({writer.partitioner}) failed: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
+
+
+def profile_delegation(path: Path, ops: dict[str, dict[str, Any]], sizes: dict[str, int]) -> dict[str, dict]:
+    """Each step method's delegation report with the time of its outside operators, profiled in the runtime."""
+    import torch
+
+    reports = {}
+    for frames in sorted(set(sizes.values())):
+        method = step_method(frames)
+        report = DelegationReport.from_json(ops[method]["delegation"])
+        contract = ExecuTorchStepRunner(path, method).contract
+        shapes = contract.input_shapes()
+        inputs = [torch.zeros(shapes["audio_codes"], dtype=torch.int64)]
+        inputs += [torch.zeros(shapes[name]) for name in ("freqs_in", "cache_valid", "cache_in")]
+        report = report.with_profile(*profile_outside_time(path, method, inputs))
+        reports[method] = report.to_json()
+    return reports
 
 
 def open_step_runners(path: Path, sizes: dict[str, int]) -> dict[str, ExecuTorchStepRunner]:
@@ -107,6 +134,7 @@ def build_executorch_steps(hardware_class: HardwareClass, request: BuildRequest)
         "checkpoint_sha256": checkpoint_sha256(files),
         "partitioner": partitioner,
         "steps": dict(sorted(sizes.items())),
+        "graph_layout": PHONE_LAYOUT,
     }
     out_dir = Path(request.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -122,11 +150,14 @@ def build_executorch_steps(hardware_class: HardwareClass, request: BuildRequest)
     record = state.intact(path.name, lambda _record: path)
     if record is not None:
         request.progress(f"{label}: kept {path.name} ({path.stat().st_size / 1e6:.1f} MB, intact)")
-        ops = record.get("ops")
+        ops, delegation = record.get("ops"), record.get("delegation")
     else:
         request.progress(f"{label}: exporting and lowering into one program {path.name} ({partitioner})")
         ops = write_step_program(decoder(), list(sizes.values()), path, writer)
-        request.progress(f"{label}: wrote {path.name} ({path.stat().st_size / 1e6:.1f} MB)")
+        request.progress(f"{label}: wrote {path.name} ({path.stat().st_size / 1e6:.1f} MB); profiling its methods")
+        delegation = profile_delegation(path, ops, sizes) if partitioner != "none" else None
+    for report in (delegation or {}).values():
+        request.progress(report["summary"])
     runners = open_step_runners(path, sizes)
     checks: dict[str, dict[str, Any]] = {}
     if request.check:  # kept programs too: verification, not hope
@@ -141,7 +172,10 @@ def build_executorch_steps(hardware_class: HardwareClass, request: BuildRequest)
                 f"frames) vs full decode: SNR {check['snr_db']:.1f} dB, max abs {check['max_abs_diff']:.3g}"
             )
     if record is None:
-        state.record(path.name, {"sha256": file_sha256(path), "size_bytes": path.stat().st_size, "ops": ops})
+        state.record(
+            path.name,
+            {"sha256": file_sha256(path), "size_bytes": path.stat().st_size, "ops": ops, "delegation": delegation},
+        )
     steps = {
         role: StepArtifact(
             path=path, contract=runner.contract, verification=checks.get(role), method=runner.method_name
@@ -156,6 +190,12 @@ def build_executorch_steps(hardware_class: HardwareClass, request: BuildRequest)
         directory=out_dir,
         steps=steps,
         device_dir=request.device_dir,
-        build={"tools": tool_versions("torch", "executorch"), "partitioner": partitioner, "ops": ops},
+        build={
+            "tools": tool_versions("torch", "executorch"),
+            "partitioner": partitioner,
+            "graph_layout": PHONE_LAYOUT,
+            "ops": ops,
+            **({"delegation": delegation} if delegation else {}),
+        },
     )
     return write_and_load(plan, request)

@@ -267,6 +267,9 @@ def _export_methods(
     seconds = time.perf_counter() - started
     size, sha256 = path.stat().st_size, file_sha256(path)
     progress(f"{label}: wrote {path.name} ({size / 1e6:.1f} MB) in {seconds:.1f} s (export {export_seconds:.1f} s)")
+    for method_ops in ops.values():
+        if isinstance(method_ops, dict) and "delegation" in method_ops:
+            progress(method_ops["delegation"]["summary"])
     return [
         ProgramEntry(
             name=window.name,

@@ -167,6 +167,8 @@ class Code2WavStep(nn.Module):
     # A dynamic graph of this class is the CPU form (Concat K/V history, polyphase transposes, cosine
     # SnakeBeta); a formulation for a device (:mod:`.npu_layout`) keeps its own ops at a symbolic B.
     dynamic_is_cpu_form = True
+    # A formulation built on the CPU form at every step size, static ones too (:mod:`.phone_layout`), sets this.
+    always_cpu_form = False
 
     def __init__(self, decoder: Qwen3TTSTokenizerV2Decoder, step_frames: int, *, dynamic: bool = False):
         """``dynamic``: trace a graph that takes any B up to ``step_frames`` (one graph for every step size).
@@ -185,7 +187,7 @@ class Code2WavStep(nn.Module):
         self.decoder = decoder
         self.step_frames = step_frames
         self.dynamic = dynamic
-        self.cpu_form = dynamic and self.dynamic_is_cpu_form
+        self.cpu_form = self.always_cpu_form or (dynamic and self.dynamic_is_cpu_form)
         self.contract = step_contract(decoder, step_frames, dynamic=dynamic)
         slots, frames = config.sliding_window - 1, step_frames
         keys = slots + frames
@@ -217,14 +219,34 @@ class Code2WavStep(nn.Module):
             self.register_buffer(f"polyphase_{name.replace('.', '_')}_weight", weight, persistent=False)
             self.register_buffer(f"polyphase_{name.replace('.', '_')}_bias", bias, persistent=False)
 
+    # -- the ops a formulation for another delegate writes differently (:mod:`.phone_layout`) -----
+
+    def _history(self, cache: _CacheIO, name: str) -> torch.Tensor:
+        """A convolution's cached input frames as ``[1, C, tail]``."""
+        return cache.read(name)[None]
+
+    def _cache_tail(self, joined: torch.Tensor, tail: int) -> torch.Tensor:
+        """The last ``tail`` frames of ``[1, C, T]``: what the cache keeps for the next step."""
+        return joined[0, :, -tail:]
+
+    def _codebooks(self, audio_codes: torch.Tensor) -> torch.Tensor:
+        """``int64[1, Q, B]`` -> ``float32[1, codebook_dim, B]``."""
+        return self.decoder.quantizer.decode(audio_codes)
+
+    def _rms_norm(self, module: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        return module(hidden)
+
+    def _layer_norm(self, module: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        return module(hidden)
+
     # -- stateful pieces -------------------------------------------------------------------------
 
     def _conv(self, cache: _CacheIO, name: str, module: CausalConv1d, hidden: torch.Tensor) -> torch.Tensor:
         tail = conv_tail(module)
         if tail == 0:
             return module.conv(hidden)
-        joined = torch.cat([cache.read(name)[None], hidden], dim=-1)
-        cache.write(name, joined[0, :, -tail:])
+        joined = torch.cat([self._history(cache, name), hidden], dim=-1)
+        cache.write(name, self._cache_tail(joined, tail))
         return module.conv(joined)
 
     def _transpose(self, cache: _CacheIO, name: str, module: CausalConvTranspose1d, hidden: torch.Tensor):
@@ -234,8 +256,8 @@ class Code2WavStep(nn.Module):
         end = transpose_end(module, frames, self.dynamic)
         if tail == 0:
             return module.conv(hidden)[..., :end]
-        joined = torch.cat([cache.read(name)[None], hidden], dim=-1)
-        cache.write(name, joined[0, :, -tail:])
+        joined = torch.cat([self._history(cache, name), hidden], dim=-1)
+        cache.write(name, self._cache_tail(joined, tail))
         return module.conv(joined)[..., tail * stride : end]
 
     def _phase_weights(self, name: str) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -257,15 +279,15 @@ class Code2WavStep(nn.Module):
         stride, out_channels, taps = module.stride, module.conv.out_channels, weight.shape[-1]
         tail = transpose_tail(module)
         if tail:
-            joined = torch.cat([cache.read(name)[None], hidden], dim=-1)
-            cache.write(name, joined[0, :, -tail:])
+            joined = torch.cat([self._history(cache, name), hidden], dim=-1)
+            cache.write(name, self._cache_tail(joined, tail))
             hidden = joined[..., tail - (taps - 1) :]
         phases = torch.nn.functional.conv1d(hidden, weight, bias)  # [1, stride * C_out, T]
         return phases.view(1, stride, out_channels, -1).permute(0, 2, 3, 1).reshape(1, out_channels, -1)
 
     def _convnext(self, cache: _CacheIO, name: str, block: ConvNeXtBlock, hidden: torch.Tensor) -> torch.Tensor:
         branch = self._conv(cache, f"{name}.dwconv", block.dwconv, hidden).transpose(1, 2)
-        branch = block.pwconv2(block.act(block.pwconv1(block.norm(branch))))
+        branch = block.pwconv2(block.act(block.pwconv1(self._layer_norm(block.norm, branch))))
         return hidden + (block.gamma * branch).transpose(1, 2)
 
     def _residual(self, cache: _CacheIO, name: str, unit: ResidualUnit, hidden: torch.Tensor) -> torch.Tensor:
@@ -353,7 +375,7 @@ class Code2WavStep(nn.Module):
         Inputs in order: audio_codes, freqs_in, cache_valid, cache_in; outputs: audio_values, cache_out.
         """
         decoder, cache = self.decoder, _CacheIO(self.contract.layout, cache_in)
-        hidden = decoder.quantizer.decode(audio_codes)
+        hidden = self._codebooks(audio_codes)
         hidden = self._conv(cache, "pre_conv", decoder.pre_conv, hidden).transpose(1, 2)
 
         transformer = decoder.pre_transformer
@@ -372,14 +394,14 @@ class Code2WavStep(nn.Module):
                 cache,
                 f"pre_transformer.layers.{index}",
                 layer.self_attn,
-                layer.input_layernorm(hidden),
+                self._rms_norm(layer.input_layernorm, hidden),
                 cos,
                 sin_signed,
                 bias,
             )
             hidden = hidden + layer.self_attn_layer_scale(attended)
-            hidden = hidden + layer.mlp_layer_scale(layer.mlp(layer.post_attention_layernorm(hidden)))
-        hidden = transformer.output_proj(transformer.norm(hidden)).transpose(1, 2)
+            hidden = hidden + layer.mlp_layer_scale(layer.mlp(self._rms_norm(layer.post_attention_layernorm, hidden)))
+        hidden = transformer.output_proj(self._rms_norm(transformer.norm, hidden)).transpose(1, 2)
 
         for index, (transpose_conv, convnext) in enumerate(decoder.upsample):
             hidden = self._transpose(cache, f"upsample.{index}.0", transpose_conv, hidden)

@@ -98,6 +98,16 @@ def stateful_plan(
     return plan
 
 
+def _delegation(manifest: WindowedManifest) -> dict[str, Any]:
+    """``{"delegation": {method: report}}`` of the programs whose lowering reported it, else nothing."""
+    reports = {
+        entry.method or entry.window.name: entry.ops["delegation"]
+        for entry in manifest.programs
+        if isinstance(entry.ops, dict) and isinstance(entry.ops.get("delegation"), dict)
+    }
+    return {"delegation": reports} if reports else {}
+
+
 def windowed_plan(manifest: WindowedManifest, *, hardware_class: str, device_dir: str = DEFAULT_DEVICE_DIR) -> ExecPlan:
     """The plan of the windowed programs ``manifest`` describes (in the manifest's directory).
 
@@ -132,7 +142,7 @@ def windowed_plan(manifest: WindowedManifest, *, hardware_class: str, device_dir
             "partitioner": manifest.partitioner,
         },
         device_dir=device_dir,
-        build={"tools": manifest.tools, "manifest": MANIFEST_NAME},
+        build={"tools": manifest.tools, "manifest": MANIFEST_NAME, **_delegation(manifest)},
         directory=manifest.directory,
     )
     check_schema(plan.to_json(), "new plan")

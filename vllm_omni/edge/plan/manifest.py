@@ -55,7 +55,7 @@ class ProgramEntry:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     export_seconds: float
-    ops: dict[str, int] | None = None
+    ops: dict[str, Any] | None = None  # op counts; "delegation": the lowering's DelegationReport as JSON
     check: dict[str, Any] | None = None
     method: str | None = None  # this window's method when ``path`` holds several windows (one copy of the weights)
 

@@ -227,6 +227,9 @@ class ExecPlan:
             f"  {len(self.artifacts)} artifacts in {len(files)} files, {sum(files.values()) / 1e6:.1f} MB; "
             f"on the device under {self.device_dir}"
         )
+        delegation = self.build.get("delegation")
+        if isinstance(delegation, dict):  # ExecuTorch programs: what runs outside the delegate
+            lines += [f"  delegation {row['summary']}" for row in delegation.values() if isinstance(row, dict)]
         return "\n".join(lines)
 
 
