@@ -3,7 +3,7 @@
 
 The command Rockchip users know, kept as a thin entry: it calls ``vllm_omni.edge.cli.rknn_convert`` with the same
 flags and the same exit codes (0 done, 1 a failed stage, 2 bad arguments, 4 below the simulator bar, 5 register
-overflow). Set up the venv with ``make setup-rknn``, then for example::
+overflow, 6 ops off the NPU beyond the allow-list). Set up the venv with ``make setup-rknn``, then for example::
 
     .venv-rknn/bin/python tools/rknn/prepare_qwen3_tts_rknn_vocoder.py --onnx step_b16.onnx --target rk3588 \\
         --output out/rk3588/step_b16.rknn

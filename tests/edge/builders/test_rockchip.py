@@ -110,6 +110,29 @@ def test_two_step_sizes_in_one_rknn_sharing_a_cache_pass_the_simulator_check(com
     assert not list(out.glob(".*partial*"))
 
 
+def test_the_build_keeps_every_op_on_the_npu_but_the_allowed_ones_and_prints_no_lowering_line(compiled):
+    """Issue 28: the toolkit's op placement in the report and the plan; librknnc's ``No lowering found`` lines
+    (an Einsum on the CPU, from the V selection of the split K/V attention) gone from the terminal and the log."""
+    from vllm_omni.edge.backends.rknn import expected_cpu_ops
+    from vllm_omni.edge.plan import ExecPlan
+
+    out, result = compiled
+    report = json.loads((out / "step_b4_b16.report.json").read_text())
+    placement = report["placement"]["main"]
+    assert placement == report["placement"]["first"] and placement["graphs"] == 2  # one table per shape set
+    assert placement["no_lowering"] == [] and not report["cpu_ops_allowed"]
+    assert set(placement["cpu_ops"]) <= set(expected_cpu_ops("rk3588")), placement["cpu_ops"]
+    assert placement["cpu_ops"]["Gather"]["count"] == 16  # the int64 codebook lookups, one per codebook
+    assert all(count > 300 for count in placement["npu_ops"])
+    log = Path(report["engines"]["main"]["log_path"]).read_text(errors="replace")
+    assert "Network Layer Information Table" in log and "No lowering found" not in log
+    assert "No lowering found" not in result.stderr + result.stdout and "Einsum" not in log
+    plan = ExecPlan.load(out)
+    assert plan.build["placement"] == report["placement"] and plan.build["cpu_ops_allowed"] is False
+    # the toolkit's check*.onnx stage dumps stay in its scratch directory, not in the caller's
+    assert not list(REPO_ROOT.glob("check*.onnx")) and not list(out.glob("check*.onnx"))
+
+
 def test_the_exec_plan_names_both_artifacts_with_their_contracts_and_sources(compiled):
     from vllm_omni.edge.plan import ExecPlan
 
@@ -208,6 +231,9 @@ def test_a_static_graph_per_step_size_compiles_alone_through_the_tools_script(mo
     plan = json.loads((tmp_path / "exec_plan.json").read_text())
     assert plan["artifacts"]["main"]["contract"]["head_dim"] == 32 and plan["model"]["checkpoint_sha256"] is None
     assert "on the RKNN risk list" not in result.stderr  # the NPU graph holds no Shape, Pad, Neg, ...
+    placement = json.loads((tmp_path / "given.report.json").read_text())["placement"]["main"]
+    assert placement["graphs"] == 1 and placement["no_lowering"] == [] and "Einsum" not in placement["cpu_ops"]
+    assert "No lowering found" not in result.stderr + result.stdout
 
 
 def test_a_non_step_onnx_is_one_clear_line(tmp_path):

@@ -149,3 +149,45 @@ def test_a_graph_at_a_symbolic_b_has_no_passes(small_decoder):
     with pytest.raises(EdgeExportError, match="cannot decode in passes"):
         Code2WavNpuStep(small_decoder, 8, pass_frames=4, dynamic=True)
     assert Code2WavNpuStep(small_decoder, 8, pass_frames=8, dynamic=True).one_pass is None
+
+
+def test_each_selection_constant_of_the_npu_graphs_has_one_matmul_reader(small_decoder, tmp_path):
+    """K and V stacked on the head axis (issue 28): with dynamic_input, rknn-toolkit2 2.5.0 lowers only the first
+    MatMul that reads a folded selection constant; the second (V's, in the split form) became an Einsum on the CPU
+    with no lowering (docs/hardware/rockchip-npu.md, "Ops off the NPU")."""
+    import re
+    from collections import Counter
+
+    import onnx
+
+    from vllm_omni.edge.backends.onnx import export_step_onnx
+
+    layers = small_decoder.config.num_hidden_layers
+    for form in ("npu", "npu_dynamic"):
+        path = export_step_onnx(small_decoder, 4, tmp_path / f"{form}.onnx", form=form, graph_layout=NPU_LAYOUT)
+        graph = onnx.load(str(path)).graph
+        constants = {init.name for init in graph.initializer}
+        constants |= {out for node in graph.node if node.op_type == "Constant" for out in node.output}
+        constants |= {node.output[0] for node in graph.node if node.op_type == "Slice" and node.input[0] in constants}
+        matmuls = [node for node in graph.node if node.op_type == "MatMul"]
+        readers = Counter(name for node in matmuls for name in node.input if name in constants)
+        assert readers and max(readers.values()) == 1, {name: n for name, n in readers.items() if n > 1}
+        # the step's own (not a module's), per layer: the [K; V] projection, history, new, next history,
+        # grouped-head repeat, scores, attended (the split form had 10: K and V each projected and selected)
+        own = [node for node in matmuls if re.fullmatch(r"/MatMul(_\d+)?", node.name)]
+        assert len(own) == 7 * layers, (form, [node.name for node in own])
+
+
+def test_the_stacked_attention_refuses_a_layout_whose_key_and_value_are_apart(small_decoder):
+    import dataclasses
+
+    from vllm_omni.edge.errors import EdgeExportError
+    from vllm_omni.edge.graphs.step_contract import CacheLayout
+
+    step = Code2WavNpuStep(small_decoder, 4)
+    entries = [(entry.name, entry.shape) for entry in step.contract.layout.entries]
+    value = next(index for index, (name, _) in enumerate(entries) if name == "pre_transformer.layers.0.value")
+    entries.insert(value - 1, entries.pop(0))  # pre_conv between layer 0's key and value
+    step.contract = dataclasses.replace(step.contract, layout=CacheLayout.from_shapes(entries))
+    with pytest.raises(EdgeExportError, match="does not keep .key and .value adjacent"), torch.inference_mode():
+        step(*step.example_inputs())

@@ -64,7 +64,8 @@ class BackendUnavailableError(EdgeExportError):
 class RunnerOptions:
     """How a device runs artifacts.
 
-    ``threads``: onnxruntime intra-op threads; ExecuTorch's thread pool (process-wide). ``rknn_runtime``: ``board``, ``simulator`` or ``auto``.
+    ``threads``: onnxruntime intra-op threads; ExecuTorch's thread pool (process-wide).
+    ``rknn_runtime``: ``board``, ``simulator`` or ``auto``.
     ``prepack``: let onnxruntime repack the MatMul weights at open: about 8% faster steps at the
     released geometry, for about 0.4 s more per open (a long-lived server; devices want first audio).
     """

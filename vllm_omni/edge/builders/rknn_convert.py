@@ -22,6 +22,11 @@ Graphs exported here use the NPU formulation (``--graph-layout time_on_height``,
 range. A build whose toolkit log holds any ``REGTASK: The bit width of field value exceeds the
 limit`` line fails with :class:`RegisterOverflowError` unless ``--allow-register-overflow`` is
 given (the ``rockchip_npu`` builder never gives it); the count is in the report and the plan.
+Likewise the op placement the toolkit prints (which ops run on the CPU, which have no lowering)
+goes into the report and the plan's ``build.placement``, and a build that places an op kind on
+the CPU that :data:`~vllm_omni.edge.backends.rknn.EXPECTED_CPU_OPS` does not name, or any op
+without a lowering, fails with :class:`CpuOpsError` unless ``--allow-cpu-ops`` is given (the
+``rockchip_npu`` builder never gives it either).
 
 The simulator check streams ``--check-steps`` (default 20) steps from a zero cache through one
 shared cache, mixing the ``first`` graph (when there is one: the first step and every fifth) with
@@ -50,7 +55,15 @@ import numpy as np
 from ..audio import match_reference, snr_db
 from ..backends.onnx import graph_contract, graph_formulation, op_report
 from ..backends.onnxruntime import OnnxStepGraph
-from ..backends.rknn import BuiltEngine, RknnBuildError, build_engine, require_toolkit, toolkit_version
+from ..backends.rknn import (
+    BuiltEngine,
+    Placement,
+    RknnBuildError,
+    build_engine,
+    expected_cpu_ops,
+    require_toolkit,
+    toolkit_version,
+)
 from ..backends.rknn_runtime import RknnSimulatorStepRunner, shape_sets
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
 from ..errors import EdgeError, EdgeExportError
@@ -72,6 +85,7 @@ OUTCOME_REASONS = {
     "below_bar": "the simulator check missed its bar",
     "failed": "a conversion stage failed",
     "register_overflow": "the toolkit overflowed NPU register fields (REGTASK warnings)",
+    "cpu_ops": "the toolkit placed ops on the CPU that the allow-list does not name, or found no lowering for ops",
 }
 
 
@@ -89,6 +103,27 @@ class RegisterOverflowError(EdgeExportError):
             f"REGTASK 'bit width of field value exceeds the limit' warnings: expected 0, found {found} "
             f"(report: {report_path}). Export the graph with --graph-layout {NPU_LAYOUT} (the rockchip_npu "
             "builder does), or pass --allow-register-overflow to keep a simulator-only artifact"
+        )
+
+
+class CpuOpsError(EdgeExportError):
+    """The toolkit placed op kinds off the NPU that ``EXPECTED_CPU_OPS`` does not name, or found no lowering.
+
+    ``unexpected``: per role, per op kind ``{"count", "nodes", "reason"}`` (an op without a lowering is
+    the kind ``"<op> (no lowering)"``); boards have aborted on such an op at run time.
+    """
+
+    def __init__(self, unexpected: dict[str, dict[str, dict]], target: str, report_path: Path):
+        self.unexpected, self.report_path = unexpected, report_path
+        found = "; ".join(
+            f"{role}: " + ", ".join(f"{op} x{entry['count']} ({', '.join(entry['nodes'][:3])}"
+                                    f"{', ...' if entry['count'] > 3 else ''})" for op, entry in sorted(kinds.items()))
+            for role, kinds in unexpected.items()
+        )  # fmt: skip
+        super().__init__(
+            f"ops off the NPU: expected only {', '.join(sorted(expected_cpu_ops(target)))} on the CPU for {target} "
+            f"and every op lowered, found {found} (report: {report_path}). A board may abort on them; pass "
+            "--allow-cpu-ops to keep a simulator-only artifact"
         )
 
 
@@ -123,6 +158,7 @@ class ConvertRequest:
     graph_layout: str = NPU_LAYOUT
     pass_frames: int | None = None
     allow_register_overflow: bool = False
+    allow_cpu_ops: bool = False  # keep a build with ops off the NPU that EXPECTED_CPU_OPS does not name
     dynamic_input: bool = False  # one graph and one .rknn for the first and main step sizes
 
 
@@ -286,10 +322,12 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
             say(
                 f"  {outputs[roles[0]].name}: {report.size_bytes / 1e6:.1f} MB in {report.build_seconds:.1f} s "
                 f"(converter process peak RSS so far {peak_rss_mb[roles[0]]} MB); REGTASK bit-width warnings: "
-                f"{report.regtask_warnings} (log: {report.log_path})"
+                f"{report.regtask_warnings}; {describe_placement(report.placement)} (log: {report.log_path})"
             )
         overflow = {role: engine.report.regtask_warnings for role, engine in engines.items()}
         overflow = {role: count for role, count in overflow.items() if count}
+        off_npu = {role: unexpected_cpu_ops(engine.report.placement, args.target) for role, engine in engines.items()}
+        off_npu = {role: kinds for role, kinds in off_npu.items() if kinds}
         check = simulator_check(args, graphs, contracts, engines, decoder)
     finally:
         for engine in {id(engine): engine for engine in engines.values()}.values():
@@ -305,6 +343,8 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
                 "pass_frames": passes,
                 "regtask_warnings": {role: engine.report.regtask_warnings for role, engine in engines.items()},
                 "register_overflow_allowed": args.allow_register_overflow,
+                "placement": {role: engine.report.placement for role, engine in engines.items()},
+                "cpu_ops_allowed": args.allow_cpu_ops,
                 "peak_rss_mb": peak_rss_mb,
                 "step_frames": {role: contract.step_frames for role, contract in contracts.items()},
                 "dynamic_input": dynamic_input_sizes(engines, contracts),
@@ -316,6 +356,8 @@ def compile_and_check(args: ConvertRequest, graphs: dict[str, Path], decoder) ->
     )
     if overflow and not args.allow_register_overflow:
         raise RegisterOverflowError(overflow, report_path)
+    if off_npu and not args.allow_cpu_ops:
+        raise CpuOpsError(off_npu, args.target, report_path)
     if not check["passed"]:
         raise SimulatorCheckError(check["verdict"], report_path)
     formulation = {"graph_layout": layouts, "pass_frames": passes}
@@ -352,6 +394,18 @@ def shared_graph_roles(
         )
     first = main.for_frames(args.first_codes_length)
     return graphs | {"first": graphs["main"]}, contracts | {"first": first}
+
+
+def unexpected_cpu_ops(placement: dict | None, target: str) -> dict[str, dict]:
+    """The op kinds of ``placement`` (an engine report's) on the CPU that ``target`` does not expect there,
+    and the ops without a lowering (as ``"<op> (no lowering)"``)."""
+    if placement is None:  # an engine that read no placement (a stand-in): nothing to judge
+        return {}
+    return Placement(**placement).unexpected(target)
+
+
+def describe_placement(placement: dict | None) -> str:
+    return "op placement not read" if placement is None else Placement(**placement).describe()
 
 
 def dynamic_input_sizes(engines: dict[str, BuiltEngine], contracts: dict) -> dict[str, list[int]]:
@@ -532,6 +586,8 @@ def write_plan(args, graphs, contracts, engines, check, formulation: dict):
             "tools": {"rknn-toolkit2": toolkit_version()},
             "regtask_warnings": {role: engine.report.regtask_warnings for role, engine in engines.items()},
             "register_overflow_allowed": args.allow_register_overflow,
+            "placement": {role: engine.report.placement for role, engine in engines.items()},
+            "cpu_ops_allowed": args.allow_cpu_ops,
             **formulation,  # graph_layout and pass_frames per role
             "dynamic_input": dynamic_input_sizes(engines, contracts),
             "simulator_check": {

@@ -68,8 +68,9 @@ def build_rknn(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan
             f"unknown target {target!r} for {hardware_class.name}; known: {', '.join(hardware_class.targets)}"
         )
     python = converter_python()  # before any export work
-    # The NPU formulation keeps every register field in range (docs/hardware/rockchip-npu.md); the
-    # converter refuses any REGTASK warning, and this builder never allows one.
+    # The NPU formulation keeps every register field in range and every op lowered
+    # (docs/hardware/rockchip-npu.md); the converter refuses any REGTASK warning and any op off the NPU
+    # beyond its allow-list, and this builder never allows either (no --allow-* flag below).
     graphs, _ = export_steps(hardware_class, request, graph_layout=NPU_LAYOUT, pass_frames=MAX_PASS_FRAMES.get(target))
     kept = _kept_rknn_plan(request, target, {role: path for role, (path, _, _) in graphs.items()})
     if kept is not None:

@@ -4,9 +4,10 @@
 users know (a thin script that calls :func:`main`). The library is
 :mod:`vllm_omni.edge.builders.rknn_convert`. Exit codes: 0 done, 1 a failed stage, 2 bad arguments,
 4 the simulator check missed the bar, 5 REGTASK register-overflow warnings (without
-``--allow-register-overflow``). ``--outcome-json FILE`` also writes the outcome as JSON (``status``:
-``ok``, ``usage``, ``failed``, ``below_bar``, ``register_overflow``; ``error``; ``plan``, ``report``):
-what the ``rockchip_npu`` builder reads instead of the exit code.
+``--allow-register-overflow``), 6 ops off the NPU that the allow-list does not name or that have no
+lowering (without ``--allow-cpu-ops``). ``--outcome-json FILE`` also writes the outcome as JSON
+(``status``: ``ok``, ``usage``, ``failed``, ``below_bar``, ``register_overflow``, ``cpu_ops``;
+``error``; ``plan``, ``report``): what the ``rockchip_npu`` builder reads instead of the exit code.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..errors import EdgeError
 from ..plan.model import DEFAULT_DEVICE_DIR, session_option
 from .types import add_checkpoint_argument
 
-EXIT_CODES = {"ok": 0, "failed": 1, "usage": 2, "below_bar": 4, "register_overflow": 5}
+EXIT_CODES = {"ok": 0, "failed": 1, "usage": 2, "below_bar": 4, "register_overflow": 5, "cpu_ops": 6}
 GRAPH_LAYOUT_CHOICES = ("time_on_height", "time_on_width")  # vllm_omni.edge.graphs.npu_layout (no torch here)
 
 
@@ -71,6 +72,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         action="store_true",
         help="keep a build whose toolkit log has REGTASK bit-width warnings (simulator only; a board may differ)",
     )
+    parser.add_argument(
+        "--allow-cpu-ops",
+        action="store_true",
+        help="keep a build with ops on the CPU beyond the allow-list or without a lowering (a board may abort)",
+    )
     parser.add_argument("--outcome-json", type=Path, help="also write the outcome here as JSON")
     return parser
 
@@ -82,6 +88,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     from ..builders.rknn_convert import (
         ConvertRequest,
         ConvertUsageError,
+        CpuOpsError,
         RegisterOverflowError,
         SimulatorCheckError,
         run,
@@ -95,6 +102,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         outcome |= {"status": "usage", "error": str(exc)}
     except RegisterOverflowError as exc:
         outcome |= {"status": "register_overflow", "error": str(exc), "report": str(exc.report_path)}
+    except CpuOpsError as exc:
+        outcome |= {"status": "cpu_ops", "error": str(exc), "report": str(exc.report_path)}
     except SimulatorCheckError as exc:
         outcome |= {"status": "below_bar", "error": str(exc), "report": str(exc.report_path)}
     except EdgeError as exc:

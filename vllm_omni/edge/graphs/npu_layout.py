@@ -23,6 +23,13 @@ rewrites the waveform stage that way; with ``pass_frames`` it decodes long steps
 graph computes the same function (checked against the full decode in onnxruntime like every step
 graph).
 
+The attention reads and writes each layer's K/V history as one region: K and V are stacked on the head
+axis (one projection, RoPE with ``cos = 1, sin = 0`` on the V half, one selection matmul for history + new
+and one for the next history). With ``dynamic_input``, rknn-toolkit2 2.5.0 lowers only the first MatMul
+that reads a (folded) selection constant; a second reader, the V selection of the split form, became an
+``Einsum`` on the CPU with no lowering (``No lowering found for: /MatMul_N, node type = Einsum``), which
+boards have refused at run time. Stacked, every selection constant has one reader.
+
 ``dynamic=True`` traces the same formulation at a symbolic B (for rknn-toolkit2's ``dynamic_input``,
 one ``.rknn`` with one copy of the weights for several step sizes): masks and selection matrices
 are slices of the ``step_frames`` constants, reshapes use ``-1``, and the polyphase padding is
@@ -37,6 +44,7 @@ import torch.nn.functional as F
 
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2Decoder
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
+    Attention,
     CausalConv1d,
     CausalConvTranspose1d,
     DecoderBlock,
@@ -103,7 +111,19 @@ class Code2WavNpuStep(Code2WavStep):
         heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
         # A buffer, not computed in forward: a dynamic trace would keep that arange (Range) in the graph.
         select = shifted_eye(heads, heads, 0).reshape(heads, kv_heads, heads // kv_heads).sum(-1)
-        self.register_buffer("select_kv_heads", select, persistent=False)
+        # K and V stacked on the head axis share one grouped-head repeat: the selection twice, block-diagonal.
+        self.register_buffer("select_kv_heads", torch.block_diag(select, select), persistent=False)
+        # RoPE on the stacked [K; V] heads: cos/sin where the head is a key, cos = 1 and sin = 0 (V unturned,
+        # exactly: v * 1 + rotated(v) * 0 = v) where it is a value.
+        key_heads = torch.cat([torch.ones(kv_heads), torch.zeros(kv_heads)])[:, None, None]
+        self.register_buffer("rope_key_heads", key_heads, persistent=False)
+        self.register_buffer("rope_value_heads", 1.0 - key_heads, persistent=False)
+        for index, layer in enumerate(decoder.pre_transformer.layers):  # one [K; V] projection per layer
+            attn, key = layer.self_attn, f"pre_transformer_layers_{index}"
+            weight = torch.cat([attn.k_proj.weight, attn.v_proj.weight]).detach()
+            bias = None if attn.k_proj.bias is None else torch.cat([attn.k_proj.bias, attn.v_proj.bias]).detach()
+            self.register_buffer(f"kv_proj_{key}_weight", weight, persistent=False)
+            self.register_buffer(f"kv_proj_{key}_bias", bias, persistent=False)
 
     def forward(self, audio_codes, freqs_in, cache_valid, cache_in):
         if self.one_pass is None:
@@ -118,15 +138,67 @@ class Code2WavNpuStep(Code2WavStep):
             pieces.append(audio.reshape(1, 1, -1, 1))  # joined on the height, like the waveform stage
         return torch.cat(pieces, dim=2).reshape(-1), cache
 
-    def _repeat_kv(self, keys: torch.Tensor, values: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Grouped K/V repeated by a constant selection matmul (repeat_interleave traces to Tile + Shape,
-        expand to ConstantOfShape)."""
-        kv_heads, count, head_dim = keys.shape
-        heads, select = kv_heads * groups, self.select_kv_heads.to(keys.dtype)
+    def _attention(
+        self,
+        cache: _CacheIO,
+        name: str,
+        attn: Attention,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin_signed: torch.Tensor,
+        bias: torch.Tensor,
+    ) -> torch.Tensor:
+        """The step's attention with K and V stacked on the head axis (``[2 * kv_heads, keys, head_dim]``).
+
+        The cache layout keeps ``{name}.key`` and ``{name}.value`` adjacent, so the stacked history is one
+        region of ``cache_in`` and the next one is written as its two halves, in layout order.
+        """
+        frames = -1 if self.dynamic else hidden.shape[1]  # -1: a dynamic graph keeps B symbolic
+        heads, kv_heads, head_dim = attn.num_heads, attn.num_kv_heads, attn.head_dim
+        key = name.replace(".", "_")
+        weight, proj_bias = getattr(self, f"kv_proj_{key}_weight"), getattr(self, f"kv_proj_{key}_bias")
+        query = attn.q_proj(hidden).view(frames, heads, head_dim).transpose(0, 1)
+        stacked = F.linear(hidden, weight, proj_bias).view(frames, 2 * kv_heads, head_dim).transpose(0, 1)
+        half = head_dim // 2
+        query = query * cos + torch.cat([query[..., half:], query[..., :half]], dim=-1) * sin_signed
+        cos_kv = cos * self.rope_key_heads + self.rope_value_heads
+        sin_kv = sin_signed * self.rope_key_heads
+        stacked = stacked * cos_kv + torch.cat([stacked[..., half:], stacked[..., :half]], dim=-1) * sin_kv
+        select_history, select_new, select_next = self._selections(hidden.shape[1])
+        history = self._read_key_value(cache, name, kv_heads)
+        joined = torch.matmul(select_history, history) + torch.matmul(select_new, stacked)
+        following = torch.matmul(select_next, joined)
+        cache.write(f"{name}.key", following[:kv_heads])
+        cache.write(f"{name}.value", following[kv_heads:])
+        groups = heads // kv_heads
+        if groups > 1:
+            joined = self._repeat_heads(joined, 2 * heads)
+        keys, values = joined[:heads], joined[heads:]
+        scores = torch.matmul(query, keys.transpose(1, 2)) * attn.scaling + bias
+        weights = torch.softmax(scores, dim=-1)
+        attended = torch.matmul(weights, values).transpose(0, 1).reshape(1, frames, heads * head_dim)
+        return attn.o_proj(attended)
+
+    @staticmethod
+    def _read_key_value(cache: _CacheIO, name: str, kv_heads: int) -> torch.Tensor:
+        """``{name}.key`` and ``{name}.value`` as one ``[2 * kv_heads, slots, head_dim]`` read of ``cache_in``."""
+        key, value = cache.layout.entry(f"{name}.key"), cache.layout.entry(f"{name}.value")
+        if value.offset != key.offset + key.numel or value.shape != key.shape:
+            raise EdgeExportError(
+                f"{name}: the cache layout does not keep .key and .value adjacent and alike "
+                f"(key at {key.offset} {key.shape}, value at {value.offset} {value.shape}); the stacked K/V "
+                "attention reads them as one region"
+            )
+        _, slots, head_dim = key.shape
+        return cache.cache_in[key.offset : value.offset + value.numel].view(2 * kv_heads, slots, head_dim)
+
+    def _repeat_heads(self, joined: torch.Tensor, heads: int) -> torch.Tensor:
+        """Grouped ``[K; V]`` heads repeated by one constant selection matmul (repeat_interleave traces to
+        Tile + Shape, expand to ConstantOfShape; two matmuls would give the constant two readers)."""
+        stacked_heads, count, head_dim = joined.shape
+        select = self.select_kv_heads.to(joined.dtype)
         count, width = (-1, -1) if self.dynamic else (count, count * head_dim)  # dynamic: a symbolic count of keys
-        keys = torch.matmul(select, keys.reshape(kv_heads, width)).reshape(heads, count, head_dim)
-        values = torch.matmul(select, values.reshape(kv_heads, width)).reshape(heads, count, head_dim)
-        return keys, values
+        return torch.matmul(select, joined.reshape(stacked_heads, width)).reshape(heads, count, head_dim)
 
     def _conv_h(self, cache: _CacheIO, name: str, module: CausalConv1d, hidden: torch.Tensor) -> torch.Tensor:
         """Causal conv on ``[1, C, T, 1]``; dilation ``d > 1`` runs polyphase on ``[1, C, L / d, d]``."""
