@@ -133,6 +133,26 @@ def test_the_build_keeps_every_op_on_the_npu_but_the_allowed_ones_and_prints_no_
     assert not list(REPO_ROOT.glob("check*.onnx")) and not list(out.glob("check*.onnx"))
 
 
+def test_the_plan_summary_shows_the_op_placement_of_the_shared_rknn(compiled):
+    """One ``placement`` line for the .rknn both steps share, its counts those of the plan's build.placement;
+    `edge build` prints it."""
+    from vllm_omni.edge.backends.rknn import expected_cpu_ops
+    from vllm_omni.edge.plan import ExecPlan
+
+    out, result = compiled
+    plan = ExecPlan.load(out)
+    lines = [line for line in plan.summary().splitlines() if line.startswith("  placement ")]
+    assert len(lines) == 1, lines  # main and first: one file, one compile
+    npu, cpu, lowering = lines[0].removeprefix("  placement rk3588 step_b4_b16.rknn: ").split("; ")
+    placement = plan.build["placement"]["main"]
+    assert npu == f"2 graphs, {placement['npu_ops'][0]} + {placement['npu_ops'][1]} ops on the NPU"
+    assert cpu.startswith("on the CPU (expected): ") and lowering == "without a lowering: none"
+    kinds = dict(kind.split(" x") for kind in cpu.removeprefix("on the CPU (expected): ").split(", "))
+    assert kinds == {op: str(entry["count"]) for op, entry in placement["cpu_ops"].items()}
+    assert kinds["Gather"] == "16" and {"Sin", "Cos"} <= set(kinds) <= set(expected_cpu_ops("rk3588"))
+    assert lines[0] in result.stdout.splitlines()
+
+
 def test_the_exec_plan_names_both_artifacts_with_their_contracts_and_sources(compiled):
     from vllm_omni.edge.plan import ExecPlan
 

@@ -88,6 +88,9 @@ def test_hardware_list_and_detect_on_the_command_line(capsys, monkeypatch):
     assert edge_main(["hardware", "list"]) == 0
     listed = capsys.readouterr().out
     assert "rockchip_npu" in listed and "rk3588" in listed
+    rockchip = listed[listed.index("rockchip_npu") : listed.index("cpu_x86_64")]
+    assert "build: reports the op placement" in rockchip and "--allow-cpu-ops" in rockchip
+    assert listed.count("build: ") == 1  # the other classes have no build note
     monkeypatch.setenv("VLLM_OMNI_EDGE_HARDWARE", "cpu_arm64")
     assert edge_main(["hardware", "detect"]) == 0
     assert capsys.readouterr().out.startswith("cpu_arm64: set by VLLM_OMNI_EDGE_HARDWARE")

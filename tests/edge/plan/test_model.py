@@ -154,6 +154,32 @@ def test_plan_validate_and_show_on_the_command_line(cpu_plan, plan_copy, capsys)
     assert len(errors) == 1 and "artifacts.main.size_bytes" in errors[0]
 
 
+def test_a_hand_edited_op_placement_shows_as_unknown_in_the_summary(plan_copy):
+    """``build`` is a free-form record outside the plan id: odd placement fields show as ``?``, never raise."""
+    odd = {
+        "ghost": "odd",
+        "main": {"npu_ops": [5, "x"], "cpu_ops": {"Gather": 3, "Sin": {"count": 2}}, "no_lowering": [{"op": "E"}, 7]},
+        "first": None,  # shares main's file: main's line stands for both
+    }
+    edit_plan(plan_copy, lambda p: p["build"].update(placement=odd, cpu_ops_allowed="yes"))
+    lines = [line for line in ExecPlan.load(plan_copy).summary().splitlines() if line.startswith("  placement ")]
+    assert lines == [
+        "  placement ghost: not read",
+        f"  placement {GRAPH}: ? ops on the NPU; on the CPU: Gather, Sin x2; without a lowering: E x1, ? x1",
+    ]
+    edit_plan(plan_copy, lambda p: p["build"].update(placement={"main": {}}, cpu_ops_allowed=False))
+    lines = [line for line in ExecPlan.load(plan_copy).summary().splitlines() if line.startswith("  placement ")]
+    assert lines == [f"  placement {GRAPH}: ? ops on the NPU; on the CPU (expected): ?; without a lowering: ?"]
+    edit_plan(plan_copy, lambda p: p["build"].update(placement=["main"]))
+    assert "placement" not in ExecPlan.load(plan_copy).summary()
+
+
+def test_a_hand_edited_delegation_report_shows_as_not_read_in_the_summary(plan_copy):
+    edit_plan(plan_copy, lambda p: p["build"].update(delegation={"step_b4": {"flops": 1}, "step_b2": 7}))
+    lines = [line for line in ExecPlan.load(plan_copy).summary().splitlines() if line.startswith("  delegation ")]
+    assert lines == ["  delegation not read", "  delegation not read"]
+
+
 def test_a_rebuild_keeps_intact_graphs_and_redoes_a_damaged_one(
     small_checkpoint, plan_copy, capsys, edge_args, build_plan
 ):

@@ -31,6 +31,8 @@ class HardwareSubcommand(CLISubcommand):
                     default = " (default)" if graph_kind == record.graph_kind else f" (--graph {graph_kind})"
                     note = record.graph_notes.get(graph_kind, "")
                     print(f"{'':<14} {graph_kind}{default}: {note}")
+                if record.build_note:
+                    print(f"{'':<14} build: {record.build_note}")
                 if record.variants:
                     variants = ", ".join(f"{name} ({needs})" for name, needs in record.variants.items())
                     print(f"{'':<14} partitioners: {variants}")

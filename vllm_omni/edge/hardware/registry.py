@@ -52,6 +52,8 @@ class HardwareClass:
     other_graphs: dict[str, str] = field(default_factory=dict)
     # Measured quality and cost per graph kind (what `hardware list` shows a user choosing one).
     graph_notes: dict[str, str] = field(default_factory=dict)
+    # What a build of this class checks and reports beyond the graph (one line in `hardware list`).
+    build_note: str = ""
 
     @property
     def graph_kinds(self) -> tuple[str, ...]:
@@ -115,6 +117,8 @@ BUILTIN_CLASSES = (
         defaults={"first_step_frames": 2, "step_frames": 16, "one_step_graph": True},
         targets=ROCKCHIP_TARGETS,
         default_target="rk3588",
+        build_note="reports the op placement in the plan and <rknn>.report.json; an op on the CPU off the "
+        "target's allow-list, or one without a lowering, fails it (the converter's --allow-cpu-ops keeps it)",
     ),
     HardwareClass(
         name="cpu_x86_64",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,8 +230,53 @@ class ExecPlan:
         )
         delegation = self.build.get("delegation")
         if isinstance(delegation, dict):  # ExecuTorch programs: what runs outside the delegate
-            lines += [f"  delegation {row['summary']}" for row in delegation.values() if isinstance(row, dict)]
+            rows = [row.get("summary") if isinstance(row, dict) else None for row in delegation.values()]
+            lines += [f"  delegation {row if isinstance(row, str) else 'not read'}" for row in rows]
+        placement = self.build.get("placement")
+        if isinstance(placement, dict):  # RKNN builds: which ops the toolkit placed on the CPU
+            lines += _placement_lines(self, placement)
         return "\n".join(lines)
+
+
+def _placement_lines(plan: ExecPlan, placement: dict[str, Any]) -> list[str]:
+    """One ``placement`` line per compiled file of an RKNN build's ``build.placement`` (role -> the toolkit's
+    op placement, ``None`` where none was read; roles sharing a file share one). Read leniently: ``build`` is
+    a free-form record, so a missing or hand-edited field shows as ``?`` instead of failing the summary."""
+    by_file: dict[str, Any] = {}
+    for role, found in placement.items():
+        artifact = plan.artifacts.get(role)
+        by_file.setdefault(artifact.file if artifact is not None else str(role), found)
+    allowed = plan.build.get("cpu_ops_allowed")
+    judged = {False: " (expected)", True: " (kept by --allow-cpu-ops)"}[allowed] if isinstance(allowed, bool) else ""
+    lines = []
+    for file, found in by_file.items():
+        where = f"{plan.target} {file}" if plan.target else file
+        if not isinstance(found, dict):
+            lines.append(f"  placement {where}: not read")
+            continue
+        npu_ops = found.get("npu_ops")
+        if isinstance(npu_ops, list) and npu_ops and all(isinstance(count, int) for count in npu_ops):
+            graphs = f"{len(npu_ops)} graphs, " if len(npu_ops) > 1 else ""
+            npu = f"{graphs}{' + '.join(map(str, npu_ops))} ops on the NPU"
+        else:
+            npu = "? ops on the NPU"
+        cpu_ops = found.get("cpu_ops")
+        if isinstance(cpu_ops, dict):
+            kinds = [
+                f"{op} x{entry['count']}" if isinstance(entry, dict) and isinstance(entry.get("count"), int) else op
+                for op, entry in sorted(cpu_ops.items())
+            ]
+            cpu = ", ".join(kinds) or "none"
+        else:
+            cpu = "?"
+        missing = found.get("no_lowering")
+        if isinstance(missing, list):
+            ops = Counter(str(entry.get("op", "?")) if isinstance(entry, dict) else "?" for entry in missing)
+            lowering = ", ".join(f"{op} x{count}" for op, count in ops.items()) or "none"
+        else:
+            lowering = "?"
+        lines.append(f"  placement {where}: {npu}; on the CPU{judged}: {cpu}; without a lowering: {lowering}")
+    return lines
 
 
 def session_option(plan: ExecPlan) -> str:
