@@ -32,49 +32,40 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workers import peak_rss_mb, run_worker, time_full_decode
+from workers import peak_rss_mb, rss_mb, run_worker, time_full_decode
 
 
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+def drop_memory_locking() -> bool:
+    """Run as an app does: without ``CAP_IPC_LOCK`` (as root the runtime's loader mlocks every mapped segment,
+    so the whole program would count as resident). True when this process holds no such capability now."""
+    import ctypes
 
-
-def drop_memory_locking() -> None:
-    """Run as an app does: without ``CAP_IPC_LOCK`` (as root the runtime's loader would mlock every segment)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_capbset_drop, cap_ipc_lock = 24, 14
-        libc.prctl(pr_capbset_drop, cap_ipc_lock, 0, 0, 0)
-        # drop it from the effective set too: capset with the current sets minus the bit
-        header = (ctypes.c_uint32 * 2)(0x20080522, 0)
-        data = (ctypes.c_uint32 * 6)()
-        if libc.capget(header, data) == 0:
-            data[0] &= ~(1 << cap_ipc_lock)
-            data[1] &= ~(1 << cap_ipc_lock)
-            libc.capset(header, data)
-    except (OSError, AttributeError):
-        pass
+    libc = ctypes.CDLL(None, use_errno=True)
+    cap_ipc_lock = 14
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable (low words), then the high words
+    if libc.capget(header, data) != 0:
+        return False
+    data[0] &= ~(1 << cap_ipc_lock)
+    data[1] &= ~(1 << cap_ipc_lock)
+    data[2] &= ~(1 << cap_ipc_lock)
+    if libc.capset(header, data) != 0:
+        return False
+    return libc.capget(header, data) == 0 and not data[0] & (1 << cap_ipc_lock)
 
 
 def worker_plan(args) -> dict:
     import numpy as np
 
-    drop_memory_locking()
+    no_memory_locking = drop_memory_locking()
     from vllm_omni.edge.plan import ExecPlan
     from vllm_omni.edge.runtime.open import open_decoder
 
     codes = np.load(args.codes)
     plan = ExecPlan.load(args.plan)
     if plan.backend == "executorch":
-        from vllm_omni.edge.backends.executorch import quiet_executorch_import
-
-        with quiet_executorch_import():
-            import executorch.runtime  # noqa: F401  (torch + the bindings: a Python cost, not the device's)
+        import torch  # noqa: F401  (torch + the bindings: a Python cost, not the device's)
+        from executorch.extension.pybindings import _C  # noqa: F401
     else:
         import onnxruntime  # noqa: F401
     before_open = rss_mb()
@@ -117,7 +108,22 @@ def worker_plan(args) -> dict:
         "peak_rss_mb": peak_rss_mb(),
         "program_bytes": sum(files.values()),
         "delegation": plan.build.get("delegation"),
+        "cap_ipc_lock_dropped": no_memory_locking,
     }
+
+
+def decoder_weight_bytes(directory: Path) -> int:
+    """Bytes of the decoder's tensors (``decoder.*``) in the speech tokenizer's safetensors (not the encoder's)."""
+    total = 0
+    for path in directory.glob("*.safetensors"):
+        with open(path, "rb") as handle:
+            header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+        total += sum(
+            row["data_offsets"][1] - row["data_offsets"][0]
+            for name, row in header.items()
+            if name.startswith("decoder.") and isinstance(row, dict)
+        )
+    return total
 
 
 def build_plan(model: Path, out: Path, hardware: str, extra: list[str]) -> Path:
@@ -166,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     windowed = args.windowed_plan
     if windowed is None and args.windowed:
         windowed = build_plan(model, args.out / "windowed", "npu_phone", [])
-    weights = resolve_speech_tokenizer(str(model)).directory.glob("*.safetensors")
-    weights_bytes = sum(path.stat().st_size for path in weights)
+    weights_bytes = decoder_weight_bytes(resolve_speech_tokenizer(str(model)).directory)
     frames = round(args.seconds * 12.5)
     codes_path = args.out / f"codes_{frames}.npy"
     np.save(codes_path, random_codes(frames, seed=2026)[0].T.numpy())

@@ -35,12 +35,22 @@ def count_macs(decoder, codes) -> int:
     return total
 
 
+def _status_mb(field: str) -> float | None:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident set (VmHWM; ru_maxrss would carry the parent's over fork+exec)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _status_mb("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rss_mb() -> float:
+    """This process's resident set now (VmRSS)."""
+    return _status_mb("VmRSS") or 0.0
 
 
 def run_worker(script: str, extra: list[str]) -> dict:

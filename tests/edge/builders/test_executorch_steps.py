@@ -11,9 +11,20 @@ import pytest
 import torch
 
 from vllm_omni.edge.audio import snr_db
-from vllm_omni.edge.backends.executorch import STEP_CONTRACT_KEY, load_program, metadata_method, step_contract_of
+from vllm_omni.edge.backends.executorch import (
+    STEP_CONTRACT_KEY,
+    ExecuTorchProgramWriter,
+    load_program,
+    metadata_method,
+    step_contract_of,
+)
 from vllm_omni.edge.backends.executorch_delegation import DelegationReport
-from vllm_omni.edge.builders.executorch_steps import PROGRAM_NAME
+from vllm_omni.edge.builders.executorch_steps import (
+    PROGRAM_NAME,
+    check_step_program,
+    open_step_runners,
+    write_step_program,
+)
 from vllm_omni.edge.cli.main import main as edge_main
 from vllm_omni.edge.plan import ExecPlan, ExecPlanError
 from vllm_omni.edge.plan.validation import check_contracts
@@ -55,6 +66,18 @@ def test_each_step_method_runs_whole_in_one_xnnpack_call_and_reports_it(phone_st
         assert report.outside_flops == 0 and report.delegated_flops_share == 1.0
         assert report.step_seconds > 0 and 0 <= report.outside_time_share < 1  # profiled in the runtime
         assert f"delegation {report.summary()}" in plan.summary()
+
+
+def test_a_program_cut_into_small_stages_streams_the_full_decode(small_decoder, tmp_path):
+    """64 KiB of weights per XNNPACK delegate (the small checkpoint holds 5.7 MB): many stages, each packed
+    on its own at load, the two methods loaded with the weight cache on (packed weights shared), still exact."""
+    path = tmp_path / PROGRAM_NAME
+    ops = write_step_program(small_decoder, [2, 4], path, ExecuTorchProgramWriter("xnnpack", max_stage_bytes=2**16))
+    for method in ("step_b2", "step_b4"):
+        report = DelegationReport.from_json(ops[method]["delegation"])
+        assert report.delegate_calls > 10 and report.delegated_flops_share == 1.0
+    checks = check_step_program(small_decoder, open_step_runners(path, {"main": 4, "first": 2}))
+    assert all(check["snr_db"] >= EXACT_DB for check in checks.values()), checks
 
 
 def test_the_program_carries_each_step_contract_as_a_constant_method(phone_steps_plan):

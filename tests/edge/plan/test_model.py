@@ -177,7 +177,7 @@ def test_a_hand_edited_op_placement_shows_as_unknown_in_the_summary(plan_copy):
 def test_a_hand_edited_delegation_report_shows_as_not_read_in_the_summary(plan_copy):
     edit_plan(plan_copy, lambda p: p["build"].update(delegation={"step_b4": {"flops": 1}, "step_b2": 7}))
     lines = [line for line in ExecPlan.load(plan_copy).summary().splitlines() if line.startswith("  delegation ")]
-    assert lines == ["  delegation not read", "  delegation not read"]
+    assert lines == ["  delegation step_b4: not read", "  delegation step_b2: not read"]
 
 
 def test_a_rebuild_keeps_intact_graphs_and_redoes_a_damaged_one(

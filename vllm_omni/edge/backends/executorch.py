@@ -42,6 +42,7 @@ from ..plan.schema import ExecPlanError
 from .executorch_delegation import count_flops, delegation_report, op_kind
 from .registry import BackendUnavailableError, LoadedWhileHeld, RunnerOptions
 from .window_programs import WindowProgramBackend, check_program_metadata
+from .xnnpack_options import share_packed_weights
 
 PARTITIONERS = ("xnnpack", "coreml", "none")
 # Importing executorch imports torchao, which logs "Failed to load ..." for each CUDA kernel library
@@ -54,6 +55,7 @@ CPUINFO_NOISE = re.compile(r"cpuinfo|midr")
 SINGLE_METHOD = "forward"
 METADATA_SEPARATOR = "__"
 STEP_CONTRACT_KEY = "step_contract"
+MAX_STAGE_BYTES = 32 * 2**20  # the most weights one XNNPACK delegate owns (a load packs one stage at a time)
 
 
 def metadata_method(method: str, key: str) -> str:
@@ -123,16 +125,19 @@ def _coreml_partitioner() -> Any:
     return CoreMLPartitioner()
 
 
-def _xnnpack_partitioner() -> Any:
+def _xnnpack_partitioner(max_stage_bytes: int) -> Any:
+    """XNNPACK's partitions, cut into stages of at most ``max_stage_bytes`` of weights (:mod:`.xnnpack_stages`)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    return XnnpackPartitioner()
+    from .xnnpack_stages import StagedPartitioner
+
+    return StagedPartitioner(XnnpackPartitioner(), max_stage_bytes)
 
 
 _PARTITIONER_FACTORIES = {
     "xnnpack": _xnnpack_partitioner,
-    "coreml": _coreml_partitioner,
-    "none": lambda: None,
+    "coreml": lambda _max_stage_bytes: _coreml_partitioner(),
+    "none": lambda _max_stage_bytes: None,
 }
 
 
@@ -140,12 +145,15 @@ class ExecuTorchProgramWriter:
     name = "executorch"
     suffix = ".pte"
 
-    def __init__(self, partitioner: str = "xnnpack"):
+    def __init__(self, partitioner: str = "xnnpack", max_stage_bytes: int = MAX_STAGE_BYTES):
+        """``max_stage_bytes``: the most weights one XNNPACK delegate owns (it packs them all at once when its
+        method loads; :mod:`.xnnpack_stages`)."""
         if partitioner not in _PARTITIONER_FACTORIES:
             raise BackendUnavailableError(f"unknown partitioner {partitioner!r}; known: {', '.join(PARTITIONERS)}")
         _require_executorch()
         self.partitioner = partitioner
-        self._partitioner = _PARTITIONER_FACTORIES[partitioner]()  # fails now, before any export work
+        self.max_stage_bytes = max_stage_bytes
+        self._partitioner = _PARTITIONER_FACTORIES[partitioner](max_stage_bytes)  # fails now, before any export
 
     def write_program(self, exported: Any, metadata: dict[str, int], path: Path) -> dict[str, int]:
         """One program, ``forward``, with its metadata as bare constant methods."""
@@ -194,15 +202,57 @@ class ExecuTorchProgramWriter:
         return ops
 
 
-def load_program(path: str | os.PathLike[str]) -> Any:
-    """A ``.pte`` loaded in the ExecuTorch runtime (XNNPACK registered); methods load on demand."""
-    with quiet_executorch_import(), native_stderr_without(CPUINFO_NOISE):
-        from executorch.runtime import Runtime
+class LoadedProgram:
+    """A program in the runtime's bindings (``executorch.extension.pybindings._C``), as ``executorch.runtime`` holds it.
 
+    ``executorch.runtime`` (and ``portable_lib``) import the exporter with it: 136 MiB more resident
+    memory in a process that only decodes. The bindings need torch's libraries loaded first.
+    """
+
+    def __init__(self, program: Any):
+        self._program = program
+        self.method_names = {program.get_method_name(index) for index in range(program.num_methods())}
+        self._methods: dict[str, LoadedMethod] = {}
+
+    def load_method(self, name: str) -> LoadedMethod:
+        """The method ``name``, loaded once (its delegates initialised, XNNPACK's weights packed)."""
+        if name not in self._methods:
+            self._methods[name] = LoadedMethod(self._program.load_method(name))
+        return self._methods[name]
+
+    def write_etdump_result_to_file(self, etdump_path: str, debug_buffer_path: str) -> None:
+        self._program.write_etdump_result_to_file(etdump_path, debug_buffer_path)
+
+
+class LoadedMethod:
+    def __init__(self, method: Any):
+        self._method = method
+
+    def execute(self, inputs: list[Any]) -> list[Any]:
+        return list(self._method(inputs))
+
+
+def load_program(path: str | os.PathLike[str], *, enable_etdump: bool = False) -> LoadedProgram:
+    """A ``.pte`` loaded in the ExecuTorch runtime (XNNPACK registered); methods load on demand.
+
+    ``enable_etdump``: record the runtime's profiling events (:func:`profile_outside_time`).
+    """
+    import torch  # noqa: F401  (loads libtorch, which the bindings link against)
+
+    with quiet_executorch_import(), native_stderr_without(CPUINFO_NOISE):
+        from executorch.extension.pybindings import _C
+
+        share_packed_weights()  # one packed copy of the weights for all methods (xnnpack_options)
         try:
-            return Runtime.get().load_program(Path(path))
+            program = _C._load_program(
+                str(path),
+                enable_etdump=enable_etdump,
+                debug_buffer_size=0,
+                program_verification=_C.Verification.InternalConsistency,
+            )
         except (RuntimeError, ValueError) as exc:
             raise ExecPlanError(f"the ExecuTorch runtime cannot load {path} ({exc}); copy it again or rebuild") from exc
+    return LoadedProgram(program)
 
 
 def profile_outside_time(path: Path, method: str, inputs: list[Any], runs: int = 3) -> tuple[dict[str, float], float]:
@@ -213,10 +263,9 @@ def profile_outside_time(path: Path, method: str, inputs: list[Any], runs: int =
     delegate, ``Method::execute`` the whole step.
     """
     from executorch.devtools import Inspector
-    from executorch.runtime import Runtime
 
     with quiet_executorch_import(), native_stderr_without(CPUINFO_NOISE):
-        program = Runtime.get().load_program(Path(path), enable_etdump=True, debug_buffer_size=0)
+        program = load_program(path, enable_etdump=True)
         loaded = program.load_method(method)
         loaded.execute(inputs)  # warm-up (XNNPACK packs its weights on the first call)
         for _ in range(runs):
@@ -247,7 +296,10 @@ def profile_outside_time(path: Path, method: str, inputs: list[Any], runs: int =
                 outside[kind] += max(seconds - kernel_seconds, 0.0)
                 kind = None
     if not math.isfinite(step) or step <= 0:
-        step = sum(outside.values())
+        raise ExecPlanError(
+            f"the ETDump profile of {path}:{method} holds no Method::execute time; this runtime build records no "
+            "profiling events, so the time outside the delegate is unknown"
+        )
     return dict(outside), step
 
 
@@ -391,15 +443,32 @@ class ExecuTorchBackend(WindowProgramBackend):
         return runner
 
 
+_THREADS_SET: list[int] = []
+
+
 def set_threads(threads: int) -> None:
-    """Size the runtime's thread pool (process-wide: XNNPACK's kernels in every loaded program use it)."""
+    """Size the runtime's thread pool, once per process (XNNPACK's kernels in every loaded program use it).
+
+    Resizing it while another method runs is unsafe (the runtime's own word): a later call asking for
+    another size keeps the first and says so.
+    """
     if threads < 1:
         raise ExecPlanError(f"threads must be >= 1, found {threads}")
+    if _THREADS_SET:
+        if _THREADS_SET[0] != threads:
+            logging.getLogger(__name__).warning(
+                "the ExecuTorch thread pool of this process already has %d threads; keeping it (asked for %d)",
+                _THREADS_SET[0],
+                threads,
+            )
+        return
     with quiet_executorch_import(), native_stderr_without(CPUINFO_NOISE):
-        from executorch.extension.pybindings import portable_lib
+        import torch  # noqa: F401  (loads libtorch, which the bindings link against)
+        from executorch.extension.pybindings import _C
 
-        if portable_lib._threadpool_get_thread_count() != threads:
-            portable_lib._unsafe_reset_threadpool(threads)
+        if _C._threadpool_get_thread_count() != threads:
+            _C._unsafe_reset_threadpool(threads)
+    _THREADS_SET.append(threads)
 
 
 # Programs loaded while some runner still holds them, by (file, identity): the methods of one file share one.

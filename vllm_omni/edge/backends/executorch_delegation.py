@@ -178,9 +178,15 @@ class DelegationReport:
         return ops.seconds / self.step_seconds
 
     def with_profile(self, outside_seconds: dict[str, float], step_seconds: float) -> DelegationReport:
-        """This report with the profiled seconds per call of each outside kind (0 where none was seen)."""
+        """This report with the profiled seconds per call of each outside kind (0 where none was seen).
+
+        A kind the profile saw that the graph did not name (a kernel the runtime inserted) is added with
+        its time, so the outside share is never under-counted.
+        """
         outside = tuple(replace(ops, seconds=outside_seconds.get(ops.kind, 0.0)) for ops in self.outside)
-        return replace(self, outside=outside, step_seconds=step_seconds)
+        named = {ops.kind for ops in self.outside}
+        extra = tuple(OutsideOps(kind, 0, 0, seconds) for kind, seconds in outside_seconds.items() if kind not in named)
+        return replace(self, outside=outside + extra, step_seconds=step_seconds)
 
     def summary(self) -> str:
         """One line, e.g. ``step_b16: 100.00% of 80 GFLOP in 1 xnnpack call(s); outside: select_copy x17, embedding

@@ -29,6 +29,7 @@ from ..backends.executorch import (
     ExecuTorchStepRunner,
     load_program,
     profile_outside_time,
+    step_contract_of,
 )
 from ..backends.executorch_delegation import DelegationReport
 from ..backends.torch_export import quiet_torch_export
@@ -82,8 +83,7 @@ def profile_delegation(path: Path, ops: dict[str, dict[str, Any]], sizes: dict[s
     for frames in sorted(set(sizes.values())):
         method = step_method(frames)
         report = DelegationReport.from_json(ops[method]["delegation"])
-        contract = ExecuTorchStepRunner(path, method).contract
-        shapes = contract.input_shapes()
+        shapes = step_contract_of(load_program(path), method, str(path)).input_shapes()  # no method loaded
         inputs = [torch.zeros(shapes["audio_codes"], dtype=torch.int64)]
         inputs += [torch.zeros(shapes[name]) for name in ("freqs_in", "cache_valid", "cache_in")]
         report = report.with_profile(*profile_outside_time(path, method, inputs))
@@ -135,6 +135,7 @@ def build_executorch_steps(hardware_class: HardwareClass, request: BuildRequest)
         "partitioner": partitioner,
         "steps": dict(sorted(sizes.items())),
         "graph_layout": PHONE_LAYOUT,
+        "max_stage_bytes": writer.max_stage_bytes,
     }
     out_dir = Path(request.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -230,8 +230,9 @@ class ExecPlan:
         )
         delegation = self.build.get("delegation")
         if isinstance(delegation, dict):  # ExecuTorch programs: what runs outside the delegate
-            rows = [row.get("summary") if isinstance(row, dict) else None for row in delegation.values()]
-            lines += [f"  delegation {row if isinstance(row, str) else 'not read'}" for row in rows]
+            for method, row in delegation.items():
+                summary = row.get("summary") if isinstance(row, dict) else None
+                lines.append(f"  delegation {summary if isinstance(summary, str) else f'{method}: not read'}")
         placement = self.build.get("placement")
         if isinstance(placement, dict):  # RKNN builds: which ops the toolkit placed on the CPU
             lines += _placement_lines(self, placement)
