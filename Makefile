@@ -5,7 +5,7 @@ VLLM_TESTS := tests/entrypoints tests/model_executor/models/qwen3_tts/test_talke
 	tests/model_executor/models/qwen3_tts/test_tokenizer_encoder.py tests/model_executor/models/qwen3_tts/test_speaker_encoder.py \
 	tests/model_executor/models/qwen3_tts/test_talker_gpu.py tests/examples
 
-.PHONY: setup setup-oracle setup-rknn setup-vllm demo test test-vllm lint bench bench-stateful bench-talker bench-serve bench-serve-load bench-rknn clean
+.PHONY: setup setup-oracle setup-rknn setup-vllm setup-web setup-browser demo test test-vllm lint bench bench-stateful bench-talker bench-serve bench-serve-load bench-rknn clean
 
 setup:
 	@tools/setup_venv.sh .venv requirements/dev.txt --editable
@@ -31,19 +31,36 @@ setup-rknn:
 setup-vllm:
 	@tools/setup_venv.sh .venv-vllm requirements/vllm.txt --editable --remove "torchvision torchaudio torchcodec"
 
+# The browser page's packages (onnxruntime-web, served by `--edge-hardware browser`) under web/node_modules:
+# `npm ci`, skipped while the stamp holds the sha256 of web/package-lock.json. Debian's nodejs/npm when npm is missing.
+WEB_STAMP := web/node_modules/.package-lock.sha256
+setup-web:
+	@command -v npm >/dev/null || { echo "[setup] installing Debian's nodejs and npm"; \
+		apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm >/dev/null; }
+	@want=$$(sha256sum web/package-lock.json | cut -d' ' -f1); \
+	if [ "$$(cat $(WEB_STAMP) 2>/dev/null)" = "$$want" ]; then echo "[setup] web/node_modules is up to date"; \
+	else echo "[setup] npm ci --prefix web (onnxruntime-web for the browser page)"; \
+		npm ci --prefix web --no-audit --no-fund --loglevel=error && echo "$$want" > $(WEB_STAMP); fi
+
+# Debian's chromium and its driver, for the browser test (headless, driven by Selenium from the serving venv).
+setup-browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then echo "[setup] chromium and chromedriver are installed"; \
+	else echo "[setup] installing Debian's chromium and chromium-driver (apt-get)"; \
+		apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null; fi
+
 # Main job on the embedded default: a random-weight checkpoint in the released layout -> the plan of
 # every hardware class (rockchip_npu compiles in the converter venv), each decoding a stream.
 demo: setup setup-rknn
 	$(PY) -m vllm_omni.edge.testing.demo --out out/demo
 
-test: setup setup-oracle setup-rknn setup-vllm
+test: setup setup-oracle setup-rknn setup-vllm setup-web setup-browser
 	$(PY) -m ruff check .
 	.venv/bin/lint-imports
 	$(PY) -m pytest -q -m "not vllm"
 	.venv-vllm/bin/python -m pytest -q -m vllm $(VLLM_TESTS)
 
 # Only the talker tests (vLLM engine + official oracle), in the serving venv.
-test-vllm: setup-oracle setup-vllm
+test-vllm: setup-oracle setup-vllm setup-web setup-browser
 	.venv-vllm/bin/python -m pytest -q -m vllm $(VLLM_TESTS)
 
 # ruff, then the layer contracts of pyproject.toml [tool.importlinter] (docs/architecture.md).

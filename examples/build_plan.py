@@ -18,7 +18,9 @@ from vllm_omni.edge.plan.model import ExecPlan
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="checkpoint directory or hub id")
-    parser.add_argument("--hardware", default="cpu_x86_64", help="npu_phone, rockchip_npu, cpu_x86_64, cpu_arm64")
+    parser.add_argument(
+        "--hardware", default="cpu_x86_64", help="npu_phone, rockchip_npu, cpu_x86_64, cpu_arm64, browser"
+    )
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args()
 

@@ -19,7 +19,10 @@ A vLLM endpoint plugin (``vllm.endpoint_plugins`` entry point ``vllm_omni_edge``
   (:mod:`.speech_audio`); ``stream`` true sends them as decoded, ``stream_format`` ``sse`` as OpenAI's
   events. A response that is not streamed stops, and its engine request is aborted, when its client
   disconnects. Bodies: :mod:`.speech_streams`.
-* ``WS /v1/audio/speech/stream``: the codec stream over a WebSocket, text in pieces (:mod:`.speech_socket`).
+* ``WS /v1/audio/speech/stream``: the codec stream over a WebSocket, text in pieces (:mod:`.speech_socket`);
+  accepted with the ``qwen3-tts-codec-stream`` subprotocol when offered, and a browser's API key may come as
+  a ``bearer.`` subprotocol (:mod:`.socket_auth`).
+* With ``--edge-hardware browser``: the browser page and its runtime at ``/edge/browser/`` (:mod:`.browser_page`).
 
 The text-generation routes vLLM mounts (chat, completions, messages, responses, tokenize) answer 404 with
 what to use instead: the talker generates codec frames, not text.
@@ -32,8 +35,10 @@ hand-off's job (:mod:`.cli.serve`), so no exporter, graph or builder module is i
 # WebSocket), imported inside build_router, from the live annotations.
 import uuid
 
+from .browser_page import BrowserPage, build_page_router
 from .edge_state import EdgeServingState, artifact_files, load_edge_state
 from .server_logs import quiet_known_noise
+from .socket_auth import CODEC_SUBPROTOCOL
 from .speech_api import (
     CODEC_MEDIA_TYPE,
     SSE_MEDIA_TYPE,
@@ -163,7 +168,8 @@ def build_router():
 
     @router.websocket("/v1/audio/speech/stream")
     async def speech_socket(socket: WebSocket):
-        await socket.accept()
+        offered = socket.scope.get("subprotocols") or ()
+        await socket.accept(subprotocol=CODEC_SUBPROTOCOL if CODEC_SUBPROTOCOL in offered else None)
         await SpeechSocket(getattr(socket.app.state, "omni_edge", None), socket, speech_body).run()
 
     async def text_route(request: Request):
@@ -205,6 +211,9 @@ class EdgeEndpointPlugin:
         quiet_known_noise()
         without_text_routes(app)
         app.include_router(build_router())
+        # vLLM's build_app sets app.state.args first; the hand-off checked the page's files already.
+        if "browser" in getattr(getattr(app.state, "args", None), "edge_classes", ()):
+            app.include_router(build_page_router(BrowserPage.find()))
         from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
 
         for error in (SpeechApiError, VoiceStoreError, SpeechRequestError):

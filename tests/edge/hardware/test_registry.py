@@ -19,7 +19,7 @@ from vllm_omni.edge.hardware import (
 
 def test_builtin_classes_say_what_they_decode_with():
     classes = hardware_classes()
-    assert {"npu_phone", "rockchip_npu", "cpu_x86_64", "cpu_arm64"} <= set(classes)
+    assert {"npu_phone", "rockchip_npu", "cpu_x86_64", "cpu_arm64", "browser"} <= set(classes)
     phone, rockchip = classes["npu_phone"], classes["rockchip_npu"]
     assert (phone.graph_kind, phone.backend, phone.defaults["ramp"], phone.defaults["context_frames"]) == (
         "windowed",
@@ -35,6 +35,15 @@ def test_builtin_classes_say_what_they_decode_with():
     )
     assert "rk3576" in rockchip.targets
     assert classes["cpu_arm64"].backend == classes["cpu_x86_64"].backend == "onnxruntime"
+    # The page runs the CPU classes' step graph in onnxruntime-web; Python checks and decodes the same plan.
+    browser, cpu = classes["browser"], classes["cpu_x86_64"]
+    assert (browser.graph_kind, browser.backend, browser.builder, browser.defaults) == (
+        cpu.graph_kind,
+        cpu.backend,
+        cpu.builder,
+        {"first_step_frames": 2, "step_frames": 16},
+    )
+    assert "onnxruntime-web" in browser.description and "Web Worker" in browser.description
     for record in classes.values():
         assert callable(record.load_builder())
 
@@ -43,7 +52,7 @@ def test_an_unknown_class_lists_the_known_ones(capsys):
     with pytest.raises(UnknownHardwareClassError, match="unknown hardware class 'gpu_phone'; known: npu_phone"):
         get_hardware_class("gpu_phone")
     assert edge_main(["build", "--hardware", "gpu_phone", "--model", "x", "--out", "y"]) == 1
-    assert "known: npu_phone, rockchip_npu, cpu_x86_64, cpu_arm64" in capsys.readouterr().err
+    assert "known: npu_phone, rockchip_npu, cpu_x86_64, cpu_arm64, browser" in capsys.readouterr().err
 
 
 def test_a_class_from_another_package_registers_through_the_entry_point_group(tmp_path, monkeypatch):
@@ -78,6 +87,8 @@ def test_detect_reads_the_device_tree_the_platform_and_the_override(tmp_path):
     assert detect(environ={}, compatible=missing, machine="aarch64").hardware_class == "cpu_arm64"
     assert detect(environ={}, compatible=missing, machine="x86_64").hardware_class == "cpu_x86_64"
     assert detect(environ={"ANDROID_ROOT": "/system"}, compatible=missing).hardware_class == "npu_phone"
+    for machine in ("x86_64", "aarch64", "riscv64"):  # a page asks for the browser plan; a machine never is one
+        assert detect(environ={}, compatible=missing, machine=machine).hardware_class != "browser"
     override = detect(environ={"VLLM_OMNI_EDGE_HARDWARE": "npu_phone"}, compatible=compatible)
     assert override.hardware_class == "npu_phone" and "VLLM_OMNI_EDGE_HARDWARE" in override.reason
     with pytest.raises(UnknownHardwareClassError, match="known: npu_phone"):

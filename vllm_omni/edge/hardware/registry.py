@@ -141,6 +141,17 @@ BUILTIN_CLASSES = (
         builder=f"{_BUILDERS}:build_onnx_steps",
         defaults={"first_step_frames": 2, "step_frames": 16},
     ),
+    HardwareClass(
+        name="browser",
+        description="web page: the CPU classes' stateful ONNX step graph, which the page served at /edge/browser/ "
+        "runs in onnxruntime-web (WASM) in a Web Worker; onnxruntime in Python checks and decodes the same plan "
+        "(exact)",
+        graph_kind="stateful",
+        backend="onnxruntime",
+        dtype="fp32",
+        builder=f"{_BUILDERS}:build_onnx_steps",
+        defaults={"first_step_frames": 2, "step_frames": 16},
+    ),
 )
 
 

@@ -9,7 +9,10 @@ servers keep working), plus:
 * ``--edge-artifacts``: one plan directory per class, validated or built from the served model's
   ``speech_tokenizer/`` before the engine starts (progress lines on stderr; resumable);
 * the endpoint plugin (``vllm_omni.entrypoints.edge_routes``) allow-listed in ``VLLM_PLUGINS``
-  together with the talker's general plugin, so the hand-off itself enables the routes.
+  together with the talker's general plugin, so the hand-off itself enables the routes;
+* the WebSocket's subprotocol API key (:mod:`..socket_auth`) as vLLM's ``--middleware``, which wraps the
+  app outside vLLM's ``--api-key`` check;
+* with ``browser`` among the classes, the page's files (:mod:`..browser_page`) checked before anything starts.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 from vllm.entrypoints.cli.serve import ServeSubcommand
 
 from vllm_omni.edge.progress import progress_printer
+from vllm_omni.entrypoints.socket_auth import MIDDLEWARE as SOCKET_AUTH_MIDDLEWARE
 from vllm_omni.entrypoints.speech_limits import SpeechLimits, add_limit_arguments
 from vllm_omni.model_executor.models.qwen3_tts.engine_settings import SETTING_NAMES, talker_engine_args
 
@@ -58,7 +62,8 @@ class OmniServeSubcommand(ServeSubcommand):
             "--edge-hardware",
             default=None,
             help="hardware classes to publish execution plans for, comma-separated (npu_phone, rockchip_npu, "
-            "cpu_x86_64, cpu_arm64; `python -m vllm_omni.edge hardware list`)",
+            "cpu_x86_64, cpu_arm64, browser: also serves the page at /edge/browser/; `python -m vllm_omni.edge "
+            "hardware list`)",
         )
         edge.add_argument(
             "--edge-artifacts",
@@ -80,6 +85,14 @@ class OmniServeSubcommand(ServeSubcommand):
         except EdgeError as error:
             print(f"error: --edge-hardware: {error}", file=sys.stderr)
             raise SystemExit(2) from None
+        if "browser" in args.edge_classes:
+            from ..browser_page import BrowserPage
+
+            try:
+                BrowserPage.find()
+            except EdgeError as error:
+                print(f"error: --edge-hardware browser: {error}", file=sys.stderr)
+                raise SystemExit(2) from None
         try:
             SpeechLimits.from_args(args)
         except ValueError as error:
@@ -95,6 +108,7 @@ class OmniServeSubcommand(ServeSubcommand):
         model = getattr(args, "model_tag", None) or args.model
         apply_talker_engine_settings(args)
         allow_plugins(GENERAL_PLUGIN, ENDPOINT_PLUGIN)
+        args.middleware = [*(args.middleware or []), SOCKET_AUTH_MIDDLEWARE]
         try:
             plans = prepare_plans(model, args.edge_classes, args.edge_artifacts, progress=say)
         except EdgeError as error:

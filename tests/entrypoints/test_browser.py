@@ -1,0 +1,318 @@
+"""The ``browser`` hardware class end to end: a loopback ``vllm serve --omni --edge-hardware browser`` serves the
+page, and Debian's headless Chromium (``make setup-browser``) decodes the codec stream in onnxruntime-web.
+
+The page's test hook (``window.edgeTest``, ``web/page/app.mjs``) returns what it received and decoded; its PCM
+must equal the full decode of the same frames in Python (>= 100 dB) for two utterances and a cancelled one.
+Every wait is bounded: a page that never gets ready or a speak that never returns fails the test.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vllm_omni.edge.audio import snr_db
+from vllm_omni.entrypoints.browser_page import ISOLATION_HEADERS, WEB_DIR_ENV, BrowserPage, web_dir
+from vllm_omni.entrypoints.socket_auth import CODEC_SUBPROTOCOL
+
+from .serving import KEY, as_recording, running_server
+
+pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+SCREENSHOT_ENV = "EDGE_BROWSER_SCREENSHOT"  # a path the page's screenshot is copied to as well
+PAGE_LOAD_S = 60  # the page, then its hook's `ready` (plan fetched and verified, the session created)
+SPEAK_S = 180  # one utterance: generation on the tiny talker plus decoding in WASM
+MIN_SNR_DB = 100.0
+# Short utterances: the random talker rarely stops by itself, so the model length bounds each one.
+SERVE_ARGS = ["--max-model-len", "160"]
+UTTERANCES = (("Hello there, this is a test.", "Ryan"), ("Good morning, how are you?", "Vivian"))
+
+
+@pytest.fixture(scope="module")
+def server(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, shared_plans):
+    work = tmp_path_factory.mktemp("browser-serve")
+    for name in ("browser", "cpu_x86_64"):  # kept from an earlier run when they validate, built at start otherwise
+        shared_plans.copy_to(talker_checkpoint, name, work / "artifacts" / name)
+    with running_server(talker_checkpoint, work, "browser", SERVE_ARGS) as server:
+        for name in ("browser", "cpu_x86_64"):
+            shared_plans.publish(talker_checkpoint, name, work / "artifacts" / name)
+        yield server
+
+
+def fetch(server, path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    """``path`` sent as written (no normalisation of ``..``), no API key: status, headers, body."""
+    url = urllib.parse.urlsplit(server.url)
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    try:
+        connection.request(method, path)
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
+def test_the_page_and_its_runtime_are_served_with_isolation_headers(server):
+    web = web_dir()  # the checkout's web/ (what the server serves; $VLLM_OMNI_WEB_DIR overrides both)
+    page = BrowserPage.find(web)
+    module = next(name for name in page.files if name.startswith("edge/"))
+    wasm = next(name for name in page.files if name.endswith(".wasm"))
+    expected = {
+        "/edge/browser/": (web / "page" / "index.html", "text/html"),
+        "/edge/browser/index.html": (web / "page" / "index.html", "text/html"),
+        f"/edge/browser/{module}": (web / module, "text/javascript"),
+        "/edge/browser/ort/ort.min.mjs": (web / "node_modules/onnxruntime-web/dist/ort.min.mjs", "text/javascript"),
+        f"/edge/browser/{wasm}": (web / "node_modules/onnxruntime-web/dist" / wasm.removeprefix("ort/"), None),
+    }
+    for path, (file, kind) in expected.items():
+        status, headers, body = fetch(server, path)  # public: no API key
+        assert status == 200, (path, status, body[:200])
+        assert body == file.read_bytes(), path
+        assert headers["content-type"].startswith(kind or "application/wasm"), (path, headers["content-type"])
+        for name, value in ISOLATION_HEADERS.items():
+            assert headers[name.lower()] == value, (path, name)
+    status, headers, body = fetch(server, f"/edge/browser/{wasm}", "HEAD")
+    assert (status, body, int(headers["content-length"])) == (200, b"", page.files[wasm].stat().st_size)
+    status, headers, _ = fetch(server, "/edge/browser?api_key=abc")  # the page's relative URLs need the slash
+    assert (status, headers["location"]) == (308, "/edge/browser/?api_key=abc")
+
+
+def test_only_the_page_files_are_served(server, repo_root):
+    for path in (
+        "/edge/browser/../../pyproject.toml",
+        "/edge/browser/%2e%2e/%2e%2e/pyproject.toml",
+        "/edge/browser/ort/../package.json",
+        "/edge/browser/ort/%2E%2E/package.json",
+        "/edge/browser/edge/../../package.json",
+        "/edge/browser//etc/passwd",
+        "/edge/browser/ort/../../../../../../etc/passwd",
+        "/edge/browser/no-such-file.html",
+        "/edge/browser/edge/no-such-module.mjs",
+        "/edge/browser/package-lock.json",
+    ):
+        status, _, body = fetch(server, path)
+        assert status == 404, (path, status)
+        assert b"[tool." not in body and b"root:" not in body and b'"dependencies"' not in body, path
+    assert (repo_root / "pyproject.toml").is_file()  # the files those paths aimed at exist
+
+
+def bearer(key: str) -> str:
+    return "bearer." + base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+def socket_session(server, subprotocols: list[str], messages: list[dict]):
+    """``messages`` over /v1/audio/speech/stream offering ``subprotocols`` (no Authorization header): the
+    subprotocol the server chose, the messages received, the close code."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    received: list = []
+    with connect(url, subprotocols=subprotocols, open_timeout=60) as socket:
+        for message in messages:
+            socket.send(json.dumps(message))
+        try:
+            while True:
+                received.append(socket.recv(timeout=120))
+        except ConnectionClosed:
+            pass
+        return socket.subprotocol, received, socket.close_code
+
+
+def test_a_browser_socket_sends_its_key_as_a_subprotocol(server):
+    from websockets.exceptions import InvalidStatus
+
+    start = {"type": "start", "input": "Hello.", "voice": "Ryan", "edge_hardware": "browser", "greedy": True}
+    chosen, messages, code = socket_session(
+        server, [CODEC_SUBPROTOCOL, bearer(KEY)], [{**start, "max_frames": 4}, {"type": "end"}]
+    )
+    assert (chosen, code) == (CODEC_SUBPROTOCOL, 1000)
+    frames = sum(len(event.frames) for event in as_recording(messages) if hasattr(event, "frames"))
+    assert frames == 4
+    for offered in ([CODEC_SUBPROTOCOL, bearer("wrong")], [CODEC_SUBPROTOCOL], [CODEC_SUBPROTOCOL, "bearer.%%%"]):
+        with pytest.raises(InvalidStatus) as refused:
+            socket_session(server, offered, [start])
+        assert refused.value.response.status_code == 401, offered
+
+
+def test_start_without_the_page_files_stops_in_one_line(talker_checkpoint, tmp_path):
+    vllm = Path(sys.executable).parent / "vllm"
+    command = [str(vllm), "serve", str(talker_checkpoint), "--omni", "--edge-hardware", "browser"]
+    command += ["--edge-artifacts", str(tmp_path / "artifacts")]
+    env = {**os.environ, WEB_DIR_ENV: str(tmp_path / "web")}
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert len(errors) == 1 and "make setup-web" in errors[0] and str(tmp_path / "web") in errors[0], run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / "artifacts").exists()  # nothing built
+
+
+# -- the page in headless Chromium ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser(server, tmp_path_factory: pytest.TempPathFactory):
+    """Headless Chromium on the served page (``?api_key=KEY``), once its hook is ready."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    for path in (CHROMIUM, CHROMEDRIVER):
+        assert path.is_file(), f"{path} is missing: run `make setup-browser` (Debian's chromium, chromium-driver)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--autoplay-policy=no-user-gesture-required",  # the AudioWorklet plays without a click
+        "--window-size=1280,900",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    log = tmp_path_factory.mktemp("chromedriver") / "chromedriver.log"
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER), log_output=str(log)), options=options)
+    try:
+        driver.set_page_load_timeout(PAGE_LOAD_S)
+        driver.get(f"{server.url}/edge/browser/?api_key={urllib.parse.quote(KEY)}")
+        ready = call(driver, "await window.edgeTest.ready; return true;", timeout=PAGE_LOAD_S, wait_for_hook=True)
+        assert ready is True, f"the page's edgeTest.ready failed: {ready}\n{console(driver)}"
+        shown = status_text(driver)
+        assert "error" not in (driver.find_element("id", "status").get_attribute("class") or ""), (
+            f"the page opened with ?api_key=KEY is not ready: #status says {shown!r}\n{console(driver)}"
+        )
+        yield driver
+    finally:
+        driver.quit()
+
+
+def call(driver, body: str, *args, timeout: float, wait_for_hook: bool = False):
+    """Run ``body`` (an async function's body; ``args`` as ``args``) in the page, at most ``timeout`` s; a
+    rejection comes back as ``{"thrown": message}``."""
+    from selenium.common.exceptions import TimeoutException
+
+    hook = ""
+    if wait_for_hook:  # the module script may still be loading when the document is complete
+        hook = "while (!window.edgeTest) { await new Promise((r) => setTimeout(r, 50)); }\n"
+    script = (
+        "const done = arguments[arguments.length - 1];\n"
+        "const args = Array.from(arguments).slice(0, -1);\n"
+        f"(async () => {{\n{hook}{body}\n}})().then(done, (e) => done({{thrown: String((e && e.stack) || e)}}));"
+    )
+    driver.set_script_timeout(timeout)
+    try:
+        return driver.execute_async_script(script, *args)
+    except TimeoutException:
+        pytest.fail(f"the page did not answer in {timeout} s: {body.strip()[:120]}\n{console(driver)}")
+
+
+def console(driver) -> str:
+    try:
+        return "\n".join(f"{entry['level']}: {entry['message']}" for entry in driver.get_log("browser")[-40:])
+    except Exception as error:  # the log is a diagnostic: its absence must not hide the failure itself
+        return f"(no browser log: {error})"
+
+
+def speak(driver, text: str, voice: str, cancel_after_frames: int | None = None) -> dict:
+    body = (
+        "const options = {voice: args[1]};\n"
+        "if (args[2] !== null) options.cancelAfterFrames = args[2];\n"
+        "return await window.edgeTest.speak(args[0], options);"
+    )
+    result = call(driver, body, text, voice, cancel_after_frames, timeout=SPEAK_S)
+    assert isinstance(result, dict) and "thrown" not in result, f"speak threw: {result}\n{console(driver)}"
+    return result
+
+
+def status_text(driver) -> str:
+    return driver.execute_script("const s = document.querySelector('#status'); return s ? s.textContent : null;")
+
+
+@pytest.fixture(scope="module")
+def full_decode(talker_checkpoint: Path):
+    """frames [T, Q] -> the full decode of the checkpoint's decoder in Python (float32 samples)."""
+    import torch
+
+    from vllm_omni.edge.checkpoint import load_code2wav_decoder
+
+    decoder = load_code2wav_decoder(talker_checkpoint)
+
+    def decode(frames: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return decoder(torch.from_numpy(frames).T[None]).numpy().ravel()
+
+    return decode
+
+
+def assert_decodes_exactly(result: dict, full_decode, label: str) -> float:
+    """The page's PCM of ``result`` against the full decode of its frames; the SNR in dB."""
+    assert not result.get("error"), f"{label}: {result.get('error')}"
+    frames = np.asarray(result["frames"], dtype=np.int64)
+    assert frames.ndim == 2 and frames.shape[0] > 0 and frames.shape[1] == 16, (label, frames.shape)
+    pcm = np.asarray(result["pcm"], dtype=np.float32)
+    reference = full_decode(frames)  # samples per frame: the checkpoint's (small geometry here, not 1920)
+    assert pcm.size == reference.size, (label, pcm.size, reference.size, frames.shape)
+    snr = snr_db(reference, pcm)
+    assert snr >= MIN_SNR_DB, f"{label}: the page's audio is {snr:.1f} dB from the full decode"
+    assert result["firstAudioSeconds"] > 0 and result["rtf"] > 0 and result["bytes"] > 0, (label, result)
+    return snr
+
+
+def test_the_page_decodes_what_python_decodes(browser, full_decode, tmp_path):
+    results = [speak(browser, text, voice) for text, voice in UTTERANCES]
+    cancelled = speak(browser, UTTERANCES[0][0], UTTERANCES[0][1], cancel_after_frames=6)
+    snrs = [assert_decodes_exactly(r, full_decode, f"utterance {i}") for i, r in enumerate(results)]
+    snrs.append(assert_decodes_exactly(cancelled, full_decode, "cancelled"))
+    assert all(r["doneReason"] != "cancelled" for r in results), [r["doneReason"] for r in results]
+    assert cancelled["doneReason"] == "cancelled" and len(cancelled["frames"]) >= 6
+    assert results[0]["frames"] != results[1]["frames"]  # two utterances, not one stream twice
+    print(f"page vs full decode: {', '.join(f'{s:.1f}' for s in snrs)} dB; first audio "
+          f"{[round(r['firstAudioSeconds'], 3) for r in (*results, cancelled)]} s, "
+          f"RTF {[round(r['rtf'], 3) for r in results]}, plan {results[0].get('planSeconds')} s")  # fmt: skip
+    screenshot = tmp_path / "browser.png"
+    assert browser.save_screenshot(str(screenshot)) and screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if os.environ.get(SCREENSHOT_ENV):
+        shutil.copyfile(screenshot, os.environ[SCREENSHOT_ENV])
+
+
+def test_a_wrong_key_shows_an_error_then_the_page_works_again(browser, full_decode):
+    assert call(browser, "await window.edgeTest.setApiKey(args[0]); return true;", "wrong-key", timeout=30) is True
+    refused = speak(browser, "Hello.", "Ryan")
+    assert refused.get("error"), f"a wrong API key gave no error: {refused}"
+    deadline = time.monotonic() + 10
+    while not (status_text(browser) or "").strip() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    shown = status_text(browser) or ""
+    assert "401" in shown or "key" in shown.lower(), f"#status does not say the key was refused: {shown!r}"
+    assert call(browser, "await window.edgeTest.setApiKey(args[0]); return true;", KEY, timeout=30) is True
+    assert_decodes_exactly(speak(browser, *UTTERANCES[1]), full_decode, "after the right key")
+
+
+def test_the_api_answers_a_same_origin_page_without_extra_headers(browser, server):
+    """COEP require-corp never blocks same-origin responses: the /v1 routes the page fetches need no CORP."""
+    body = (
+        "const r = await fetch('/v1/edge/plans/browser', {headers: {Authorization: 'Bearer ' + args[0]}});\n"
+        "return {status: r.status, crossOriginIsolated: self.crossOriginIsolated, plan: (await r.json()).plan_id};"
+    )
+    answer = call(browser, body, KEY, timeout=30)
+    with server.request("/v1/edge/plans/browser") as response:
+        assert "cross-origin-resource-policy" not in {name.lower() for name in response.headers}
+        plan_id = json.loads(response.read())["plan_id"]
+    assert answer == {"status": 200, "crossOriginIsolated": True, "plan": plan_id}, answer

@@ -1,0 +1,84 @@
+// Stateful step graphs run by onnxruntime-web (WASM execution provider): the browser class's backend.
+//
+// One InferenceSession is one copy of the weights. A plan whose first and main roles name the same
+// file (one dynamic-B graph) gets one session and two runners over it (openPlanRunners). `ort` is the
+// onnxruntime-web module, passed in so the same code runs in Node (the tests) and in a Web Worker.
+
+import { StepContractError, checkStepContract } from "./stateful_decoder.mjs";
+
+export const INPUT_NAMES = ["audio_codes", "freqs_in", "cache_valid", "cache_in"];
+export const OUTPUT_NAMES = ["audio_values", "cache_out"];
+
+/** Set the WASM thread count; it applies to sessions created afterwards (onnxruntime-web reads it once). */
+export function configureThreads(ort, threads) {
+  if (threads !== undefined && threads !== null) ort.env.wasm.numThreads = Math.max(1, Math.floor(threads));
+}
+
+/** An onnxruntime-web session over the graph's bytes (ArrayBuffer or Uint8Array). */
+export async function createStepSession(ort, modelBytes, { threads, executionProviders = ["wasm"] } = {}) {
+  configureThreads(ort, threads);
+  const bytes = modelBytes instanceof Uint8Array ? modelBytes : new Uint8Array(modelBytes);
+  return ort.InferenceSession.create(bytes, { executionProviders, graphOptimizationLevel: "all" });
+}
+
+/** A runner at the contract's step size over `session`; input and output names come from the contract. */
+export function stepRunner(ort, session, contract) {
+  checkStepContract(contract, "step contract");
+  const inputs = contract.input_names ?? INPUT_NAMES;
+  const outputs = contract.output_names ?? OUTPUT_NAMES;
+  const missing = [...inputs.filter((n) => !session.inputNames.includes(n)), ...outputs.filter((n) => !session.outputNames.includes(n))];
+  if (inputs.length !== 4 || outputs.length !== 2 || missing.length) {
+    throw new StepContractError(
+      `the step graph has inputs [${session.inputNames}] and outputs [${session.outputNames}]; the contract names ` +
+        `[${inputs}] and [${outputs}]`,
+    );
+  }
+  const size = contract.step_frames;
+  const q = contract.num_quantizers;
+  const half = contract.head_dim / 2;
+  const numel = contract.cache_numel;
+  return {
+    contract,
+    session,
+    async run(codes, freqs, cacheValid, cache) {
+      const feeds = {
+        [inputs[0]]: new ort.Tensor("int64", codes, [1, q, size]),
+        [inputs[1]]: new ort.Tensor("float32", freqs, [size, half]),
+        [inputs[2]]: new ort.Tensor("float32", cacheValid, [1]),
+        [inputs[3]]: new ort.Tensor("float32", cache, [numel]),
+      };
+      const results = await session.run(feeds);
+      return { audio: results[outputs[0]].data, cache: results[outputs[1]].data };
+    },
+  };
+}
+
+/** One session and a runner over it: the brief's `createStepRunner(ort, modelBytes, contract, {threads})`. */
+export async function createStepRunner(ort, modelBytes, contract, options = {}) {
+  return stepRunner(ort, await createStepSession(ort, modelBytes, options), contract);
+}
+
+/**
+ * `{main, first}` runners of a stateful plan, one session per distinct file. `artifacts`: Map(file ->
+ * ArrayBuffer) (what loadPlan returns) or an object keyed by file.
+ */
+export async function openPlanRunners(ort, plan, artifacts, options = {}) {
+  if (plan.graph_kind !== "stateful") {
+    throw new StepContractError(`a ${plan.graph_kind} plan: the browser decodes stateful step graphs only`);
+  }
+  const roles = plan.artifacts ?? {};
+  if (!roles.main) throw new StepContractError("the plan has no 'main' step artifact");
+  const sessions = new Map();
+  const runnerFor = async (role) => {
+    const artifact = roles[role];
+    if (!sessions.has(artifact.file)) {
+      const bytes = artifacts instanceof Map ? artifacts.get(artifact.file) : artifacts[artifact.file];
+      if (!bytes) throw new StepContractError(`no bytes for ${artifact.file} (role ${role})`);
+      sessions.set(artifact.file, await createStepSession(ort, bytes, options));
+    }
+    return stepRunner(ort, sessions.get(artifact.file), artifact.contract);
+  };
+  const main = await runnerFor("main");
+  const first = roles.first ? await runnerFor("first") : null;
+  return { main, first, sessions: [...sessions.values()] };
+}

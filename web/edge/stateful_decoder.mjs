@@ -1,0 +1,234 @@
+// Drive stateful step graphs over a stream: the mirror of vllm_omni/edge/runtime/stateful_decoder.py.
+//
+// A runner is `{contract, async run(codes, freqs, cacheValid, cache) -> {audio, cache}}`:
+//   codes      BigInt64Array [1, Q, B]  the new frames, codebook-major
+//   freqs      Float32Array  [B, D/2]   RoPE angles pos * inv_freq, reduced mod 2*pi here on the host
+//   cacheValid Float32Array  [1]        real KV slots: min(position, kv_slots)
+//   cache      Float32Array  [N]        the flat cache (N does not depend on B: steps of any size share it)
+// -> audio Float32Array [B * hop], cache Float32Array [N].
+// The contract is the plan's step contract JSON (snake_case, as vllm_omni/edge/graphs/step_contract.py
+// writes it). Frames arrive in any amounts; audio leaves as soon as a whole step's worth is there.
+// flush() pads the last step with code 0; the decoder is causal, so the padding cannot change the audio of
+// real frames, and the padding's own audio is cut off.
+
+export class StepContractError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "StepContractError";
+  }
+}
+
+/** Frames handed to a decoder that do not fit its contract; the stream state is unchanged. */
+export class InvalidFramesError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "InvalidFramesError";
+  }
+}
+
+const LIMITS = {
+  step_frames: 4096,
+  cache_numel: 1 << 28,
+  head_dim: 1024,
+  kv_slots: 1 << 16,
+  hop: 1 << 16,
+  sample_rate: 1 << 20,
+  num_quantizers: 64,
+  codebook_size: 1 << 16,
+};
+
+/** Check the fields a runtime allocates from (bounds as step_contract.py's LIMITS); returns the contract. */
+export function checkStepContract(contract, source = "plan") {
+  if (contract === null || typeof contract !== "object") {
+    throw new StepContractError(`${source}: a step contract is a JSON object, found ${typeof contract}`);
+  }
+  if (contract.schema_version !== 1) {
+    throw new StepContractError(`${source} uses step schema ${contract.schema_version}; this runtime reads schema 1`);
+  }
+  for (const [key, limit] of Object.entries(LIMITS)) {
+    const value = contract[key];
+    const low = key === "kv_slots" ? 0 : 1;
+    if (!Number.isInteger(value) || value < low || value > limit) {
+      throw new StepContractError(`${source}: ${key} must be an integer in ${low}..${limit}, found ${value}`);
+    }
+  }
+  const frequencies = contract.rope_inv_freq;
+  if (!Array.isArray(frequencies) || frequencies.length !== contract.head_dim / 2) {
+    throw new StepContractError(`${source}: rope_inv_freq must hold head_dim / 2 = ${contract.head_dim / 2} numbers`);
+  }
+  if (!frequencies.every((f) => typeof f === "number" && Number.isFinite(f))) {
+    throw new StepContractError(`${source}: rope_inv_freq must be a list of finite numbers`);
+  }
+  const layout = contract.cache_layout;
+  if (Array.isArray(layout)) {
+    const sum = layout.reduce((total, row) => total + (Array.isArray(row) ? row[2] : NaN), 0);
+    if (sum !== contract.cache_numel) {
+      throw new StepContractError(`${source}: cache layout sums to ${sum} floats but cache_numel is ${contract.cache_numel}`);
+    }
+  }
+  return contract;
+}
+
+function sharesCache(a, b) {
+  return (
+    a.cache_numel === b.cache_numel &&
+    JSON.stringify(a.cache_layout ?? null) === JSON.stringify(b.cache_layout ?? null) &&
+    JSON.stringify(a.rope_inv_freq) === JSON.stringify(b.rope_inv_freq)
+  );
+}
+
+const TWO_PI = 2 * Math.PI;
+
+/**
+ * Float32Array [count, D/2]: angles of positions start .. start+count-1, reduced mod 2*pi; bit-identical to
+ * Python's rope_angles: the product in float32 (two float32 multiply exactly in float64, one rounding by
+ * Math.fround makes it the float32 product), the remainder in float64 (positive angles: % is fmod, as
+ * np.mod), then rounded to float32.
+ */
+export function ropeAngles(start, count, invFreq) {
+  const frequencies = invFreq instanceof Float32Array ? invFreq : Float32Array.from(invFreq);
+  const half = frequencies.length;
+  const angles = new Float32Array(count * half);
+  for (let i = 0; i < count; i++) {
+    const position = Math.fround(start + i);
+    for (let j = 0; j < half; j++) {
+      const angle = Math.fround(position * frequencies[j]);
+      angles[i * half + j] = angle % TWO_PI; // a Float32Array store rounds to float32
+    }
+  }
+  return angles;
+}
+
+function concatFloat32(pieces) {
+  const total = pieces.reduce((sum, piece) => sum + piece.length, 0);
+  const out = new Float32Array(total);
+  let offset = 0;
+  for (const piece of pieces) {
+    out.set(piece, offset);
+    offset += piece.length;
+  }
+  return out;
+}
+
+/** Exact streaming decode of one stream: `feed(frames, count)` -> PCM, `flush()` at the end, `reset()`. */
+export class StatefulDecoder {
+  constructor(main, first = null) {
+    this.main = main;
+    this.first = first ?? null;
+    const contract = checkStepContract(main.contract, "main step");
+    if (this.first !== null) {
+      checkStepContract(this.first.contract, "first step");
+      if (!sharesCache(this.first.contract, contract)) {
+        throw new StepContractError(
+          `first step (B=${this.first.contract.step_frames}, N=${this.first.contract.cache_numel}) and main step ` +
+            `(B=${contract.step_frames}, N=${contract.cache_numel}) do not share a cache layout; export both from ` +
+            "the same checkpoint",
+        );
+      }
+    }
+    this.contract = contract;
+    this.numQuantizers = contract.num_quantizers;
+    this.samplesPerFrame = contract.hop;
+    this.sampleRate = contract.sample_rate;
+    this._invFreq = Float32Array.from(contract.rope_inv_freq);
+    this.reset();
+  }
+
+  /** Forget the stream: zero cache, position 0, no pending frames. */
+  reset() {
+    this._cache = new Float32Array(this.contract.cache_numel);
+    this._position = 0;
+    this._pending = new Int32Array(0);
+  }
+
+  /** Frames decoded so far in this stream. */
+  get position() {
+    return this._position;
+  }
+
+  get pendingFrames() {
+    return this._pending.length / this.numQuantizers;
+  }
+
+  /** Throws InvalidFramesError unless `frames` holds `count` frame-major frames of codes in range. */
+  checkFrames(frames, count) {
+    const q = this.numQuantizers;
+    const size = this.contract.codebook_size;
+    if (!Number.isInteger(count) || count < 0 || frames.length !== count * q) {
+      throw new InvalidFramesError(`frames must have shape [T, ${q}] (frame-major): ${frames.length} codes for ${count} frames`);
+    }
+    for (let i = 0; i < frames.length; i++) {
+      const code = frames[i];
+      if (!Number.isInteger(code) || code < 0 || code >= size) {
+        const frame = Math.floor(i / q);
+        throw new InvalidFramesError(
+          `codes must lie in 0..${size - 1}, found ${code} at [frame, codebook] = [${frame}, ${i % q}] ` +
+            `(stream position ${this._position + this.pendingFrames + frame})`,
+        );
+      }
+    }
+  }
+
+  /** Queue `count` frames (Int32Array [count x Q], frame-major) and decode every whole step now possible. */
+  async feed(frames, count = frames.length / this.numQuantizers) {
+    this.checkFrames(frames, count);
+    const pending = new Int32Array(this._pending.length + frames.length);
+    pending.set(this._pending);
+    pending.set(frames, this._pending.length);
+    this._pending = pending;
+    const pieces = [];
+    for (;;) {
+      const runner = this._nextRunner();
+      const size = runner.contract.step_frames;
+      if (this.pendingFrames < size) break;
+      const block = this._pending.subarray(0, size * this.numQuantizers);
+      pieces.push(await this._step(runner, block, size));
+      this._pending = this._pending.slice(size * this.numQuantizers);
+    }
+    return concatFloat32(pieces);
+  }
+
+  /** End the stream: decode the frames still pending (the last step padded with code 0), return their PCM, reset. */
+  async flush() {
+    const pieces = [];
+    const q = this.numQuantizers;
+    while (this._pending.length) {
+      const pendingFrames = this.pendingFrames;
+      const runners = [this.first, this.main].filter((runner) => runner !== null);
+      const fitting = runners.filter((runner) => runner.contract.step_frames >= pendingFrames);
+      const runner = fitting.length
+        ? fitting.reduce((best, r) => (r.contract.step_frames < best.contract.step_frames ? r : best))
+        : this._nextRunner();
+      const size = runner.contract.step_frames;
+      const real = Math.min(pendingFrames, size);
+      const block = new Int32Array(size * q);
+      block.set(this._pending.subarray(0, real * q));
+      pieces.push(await this._step(runner, block, real));
+      this._pending = this._pending.slice(real * q);
+    }
+    this.reset();
+    return concatFloat32(pieces);
+  }
+
+  _nextRunner() {
+    return this.first !== null && this._position === 0 ? this.first : this.main;
+  }
+
+  async _step(runner, frames, realFrames) {
+    const size = runner.contract.step_frames;
+    const q = this.numQuantizers;
+    const codes = new BigInt64Array(q * size);
+    for (let t = 0; t < size; t++) {
+      for (let k = 0; k < q; k++) codes[k * size + t] = BigInt(frames[t * q + k]);
+    }
+    const freqs = ropeAngles(this._position, size, this._invFreq);
+    const valid = Float32Array.of(Math.min(this._position, this.contract.kv_slots));
+    const { audio, cache } = await runner.run(codes, freqs, valid, this._cache);
+    if (cache.length !== this.contract.cache_numel) {
+      throw new StepContractError(`the step returned a cache of ${cache.length} floats, expected ${this.contract.cache_numel}`);
+    }
+    this._cache = cache;
+    this._position += realFrames;
+    return Float32Array.from(audio.subarray(0, realFrames * this.samplesPerFrame));
+  }
+}

@@ -1,0 +1,116 @@
+// Fetching a plan: every artifact checked by size and sha256 once, cached by plan id, refused when wrong.
+
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { test } from "node:test";
+
+import { PlanError, loadPlan } from "../plan.mjs";
+import { fixturePath, readJson } from "../testing/fixtures.mjs";
+
+const cases = readJson("decode", "cases.json");
+const planText = readFileSync(fixturePath("decode", cases.plan_dir, "exec_plan.json"), "utf8");
+const plan = JSON.parse(planText);
+const file = plan.artifacts.main.file;
+const graph = readFileSync(fixturePath("decode", cases.plan_dir, file));
+
+/** A server of the plan: records requests; `damage` flips a byte of the artifact; `key` is the API key it wants. */
+function server({ damage = false, key = null, body = graph } = {}) {
+  const requests = [];
+  const fetch = async (url, { headers = {} } = {}) => {
+    requests.push(url);
+    if (key && headers.Authorization !== `Bearer ${key}`) {
+      return Response.json({ error: { message: "invalid API key", type: "invalid_request_error" } }, { status: 401 });
+    }
+    if (url === "http://edge.test/v1/edge/plans/browser") return new Response(planText);
+    if (url === `http://edge.test/v1/edge/plans/browser/artifacts/${file}`) {
+      const bytes = Uint8Array.from(body);
+      if (damage) bytes[1000] ^= 0xff;
+      return new Response(bytes);
+    }
+    return Response.json({ error: { message: `no ${url}` } }, { status: 404 });
+  };
+  return { fetch, requests };
+}
+
+/** A Cache-Storage-like cache in memory. */
+function memoryCache() {
+  const entries = new Map();
+  return {
+    entries,
+    async match(key) {
+      const hit = entries.get(String(key));
+      return hit ? new Response(hit) : undefined;
+    },
+    async put(key, response) {
+      entries.set(String(key), new Uint8Array(await response.arrayBuffer()));
+    },
+  };
+}
+
+/** WebCrypto that counts digests. */
+function countingCrypto() {
+  const counter = { digests: 0 };
+  counter.subtle = {
+    digest: async (algorithm, data) => {
+      counter.digests++;
+      return globalThis.crypto.subtle.digest(algorithm, data);
+    },
+  };
+  return counter;
+}
+
+const options = (extra) => ({ baseUrl: "http://edge.test", hardwareClass: "browser", ...extra });
+
+test("a plan loads, each file is verified once, and a second load verifies nothing twice", async () => {
+  const cache = memoryCache();
+  const crypto = countingCrypto();
+  const first = server();
+  const loaded = await loadPlan(options({ fetch: first.fetch, cache, crypto }));
+  assert.equal(loaded.plan.plan_id, plan.plan_id);
+  assert.deepStrictEqual([...loaded.artifacts.keys()], [file], "first and main name one file: fetched once");
+  assert.equal(loaded.artifacts.get(file).byteLength, plan.artifacts.main.size_bytes);
+  assert.deepStrictEqual(loaded.fetched, [file]);
+  assert.equal(crypto.digests, 1);
+  assert.equal(cache.entries.size, 1);
+  assert.ok([...cache.entries.keys()][0].includes(plan.plan_id), "cached under the plan id");
+
+  const again = server();
+  const reloaded = await loadPlan(options({ fetch: again.fetch, cache, crypto }));
+  assert.equal(crypto.digests, 1, "nothing hashed twice");
+  assert.deepStrictEqual(reloaded.cached, [file]);
+  assert.deepStrictEqual(again.requests, ["http://edge.test/v1/edge/plans/browser"], "only the plan is fetched again");
+  assert.deepStrictEqual(new Uint8Array(reloaded.artifacts.get(file)), new Uint8Array(graph));
+});
+
+test("a wrong sha256 throws PlanError naming the file, expected and found, and caches nothing", async () => {
+  const cache = memoryCache();
+  await assert.rejects(loadPlan(options({ fetch: server({ damage: true }).fetch, cache })), (error) => {
+    assert.ok(error instanceof PlanError, error.name);
+    assert.match(error.message, new RegExp(`artifact ${file.replace(".", "\\.")}: sha256 mismatch`));
+    assert.ok(error.message.includes(`expected ${plan.artifacts.main.sha256}`), error.message);
+    assert.match(error.message, /found [0-9a-f]{64}/);
+    return true;
+  });
+  assert.equal(cache.entries.size, 0);
+});
+
+test("a body longer or shorter than size_bytes is refused before hashing", async () => {
+  const crypto = countingCrypto();
+  const longer = new Uint8Array(graph.length + 1);
+  longer.set(graph);
+  await assert.rejects(loadPlan(options({ fetch: server({ body: longer }).fetch, crypto })), /the body is longer/);
+  await assert.rejects(loadPlan(options({ fetch: server({ body: graph.subarray(1) }).fetch, crypto })), /found \d+/);
+  assert.equal(crypto.digests, 0);
+});
+
+test("the API key is sent; a wrong one is a PlanError saying so", async () => {
+  const keyed = server({ key: "s3cret" });
+  const loaded = await loadPlan(options({ fetch: keyed.fetch, apiKey: "s3cret" }));
+  assert.equal(loaded.plan.plan_id, plan.plan_id);
+  await assert.rejects(loadPlan(options({ fetch: keyed.fetch, apiKey: "wrong" })), (error) => {
+    assert.ok(error instanceof PlanError);
+    assert.equal(error.status, 401);
+    assert.match(error.message, /refused the API key \(401\).*invalid API key/);
+    return true;
+  });
+});

@@ -1,0 +1,471 @@
+// The page: fetch the browser plan (verified once, kept in Cache Storage), open the codec-stream WebSocket,
+// parse each message (./edge/stream.mjs), decode frames in a Web Worker (./decoder_worker.mjs) and play the
+// PCM through an AudioWorklet with a jitter buffer (./playback_worklet.mjs).
+//
+// Every failure (a hostile stream, a plan with a bad sha256, a wrong API key, a dead server) ends in one
+// message in #status (class "error") and leaves the page usable: the buttons come back, and the next Speak
+// starts a fresh utterance.
+//
+// window.edgeTest (the test hook the Python browser test drives):
+//   ready: Promise<void>        the first plan load and voice list were attempted (errors are in #status)
+//   speak(text, {voice, cancelAfterFrames}) -> {frames, pcm, firstAudioSeconds, rtf, bytes, planSeconds, error,
+//        doneReason, segmentEnds, resets}
+//   setApiKey(key), reloadPlan() -> {planSeconds, error}
+
+import { loadPlan } from "./edge/plan.mjs";
+import { CodecStreamError, CodecStreamParser } from "./edge/stream.mjs";
+
+const HARDWARE_CLASS = "browser";
+const SUBPROTOCOL = "qwen3-tts-codec-stream";
+const CACHE_NAME = "vllm-omni-edge-plans";
+const JITTER_SECONDS = 0.2;
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  text: $("text"),
+  voice: $("voice"),
+  speak: $("speak"),
+  stop: $("stop"),
+  apiKey: $("api-key"),
+  reloadPlan: $("reload-plan"),
+  status: $("status"),
+  firstAudio: $("first-audio"),
+  rtf: $("rtf"),
+  bytes: $("bytes"),
+  planSeconds: $("plan-seconds"),
+  details: $("details"),
+};
+
+const state = {
+  plan: null, // the loaded plan, once its worker decodes with it
+  planSeconds: null,
+  worker: null,
+  workerInfo: null,
+  planLoading: null, // Promise of the load in progress
+  busy: false,
+  socket: null,
+  stopRequested: false,
+  playback: null, // {context, node} or null when the browser gives no audio
+};
+
+// -- status line --------------------------------------------------------------------------------------
+
+function showStatus(message, { error = false } = {}) {
+  ui.status.textContent = message;
+  ui.status.classList.toggle("error", error);
+}
+
+function showNumbers({ firstAudioSeconds, rtf, bytes, planSeconds }) {
+  const fixed = (value, digits) => (value === null || value === undefined ? "-" : value.toFixed(digits));
+  ui.firstAudio.textContent = fixed(firstAudioSeconds, 3);
+  ui.rtf.textContent = fixed(rtf, 3);
+  ui.bytes.textContent = bytes === null || bytes === undefined ? "-" : bytes.toLocaleString("en-US");
+  ui.planSeconds.textContent = fixed(planSeconds, 2);
+}
+
+function setSpeaking(speaking) {
+  ui.speak.disabled = speaking;
+  ui.reloadPlan.disabled = speaking;
+  ui.stop.disabled = !speaking;
+}
+
+const apiKey = () => ui.apiKey.value.trim();
+const authHeaders = () => (apiKey() ? { Authorization: `Bearer ${apiKey()}` } : {});
+
+function base64url(text) {
+  const bytes = new TextEncoder().encode(text);
+  let binary = "";
+  for (const byte of bytes) binary += String.fromCharCode(byte);
+  return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+/** A one-line reason from an OpenAI-style error body. */
+async function serverMessage(response) {
+  try {
+    const body = await response.json();
+    return body?.error?.message ?? body?.detail ?? `HTTP ${response.status}`;
+  } catch {
+    return `HTTP ${response.status}`;
+  }
+}
+
+// -- voices -------------------------------------------------------------------------------------------
+
+async function loadVoices() {
+  const response = await fetch("/v1/audio/voices", { headers: authHeaders(), cache: "no-store" });
+  if (!response.ok) {
+    const reason = await serverMessage(response);
+    throw new Error(
+      response.status === 401 ? `the server refused the API key (401): ${reason}` : `voices: ${reason}`,
+    );
+  }
+  const { voices = [] } = await response.json();
+  const chosen = ui.voice.value;
+  ui.voice.replaceChildren(new Option("(model default)", ""));
+  for (const voice of voices) {
+    const name = typeof voice === "string" ? voice : voice.name;
+    if (typeof name === "string") ui.voice.add(new Option(name, name));
+  }
+  if ([...ui.voice.options].some((option) => option.value === chosen)) ui.voice.value = chosen;
+  else if (voices.length) ui.voice.selectedIndex = 1;
+}
+
+// -- the decoder worker -------------------------------------------------------------------------------
+
+function startWorker() {
+  const worker = new Worker(new URL("./decoder_worker.mjs", import.meta.url), { type: "module" });
+  const pending = new Map();
+  let next = 0;
+  const failAll = (message) => {
+    for (const { reject } of pending.values()) reject(new Error(message));
+    pending.clear();
+  };
+  worker.onmessage = ({ data }) => {
+    const call = pending.get(data.id);
+    if (!call) return;
+    pending.delete(data.id);
+    if (data.ok) call.resolve(data);
+    else call.reject(new Error(`the decoder failed: ${data.error}`));
+  };
+  worker.onerror = (event) => {
+    event.preventDefault?.();
+    failAll(`the decoder worker could not start or crashed: ${event.message || "see the console"}`);
+  };
+  return {
+    call(type, fields = {}, transfer = []) {
+      const id = next++;
+      return new Promise((resolve, reject) => {
+        pending.set(id, { resolve, reject });
+        worker.postMessage({ id, type, ...fields }, transfer);
+      });
+    },
+    terminate() {
+      worker.terminate();
+      failAll("the decoder was restarted");
+    },
+  };
+}
+
+async function openCache() {
+  try {
+    return globalThis.caches ? await caches.open(CACHE_NAME) : null;
+  } catch {
+    return null; // an opaque origin or a private mode without Cache Storage: verify on every load
+  }
+}
+
+/** Load the plan (Cache Storage, sha256 checked once) and a fresh decoder worker with it. */
+async function reloadPlan() {
+  if (state.planLoading) return state.planLoading;
+  state.planLoading = (async () => {
+    const started = performance.now();
+    showStatus("Loading the browser plan...");
+    const loaded = await loadPlan({
+      baseUrl: location.origin,
+      hardwareClass: HARDWARE_CLASS,
+      apiKey: apiKey() || null,
+      cache: await openCache(),
+    });
+    const worker = startWorker();
+    try {
+      const artifacts = [...loaded.artifacts.entries()];
+      state.workerInfo = await worker.call("init", { plan: loaded.plan, artifacts }, artifacts.map(([, b]) => b));
+    } catch (error) {
+      worker.terminate();
+      throw error;
+    }
+    state.worker?.terminate(); // the decoder of the previous plan keeps working until this one is ready
+    state.worker = worker;
+    state.plan = loaded.plan;
+    state.planSeconds = (performance.now() - started) / 1000;
+    const from = loaded.cached.length ? `${loaded.cached.length} file(s) from the cache` : "verified by sha256";
+    ui.details.textContent =
+      `plan ${loaded.plan.plan_id.slice(0, 12)} (${HARDWARE_CLASS}), ${from}; onnxruntime-web WASM, ` +
+      `${state.workerInfo.threads} thread(s)${crossOriginIsolated ? "" : " (not cross-origin isolated)"}`;
+    showNumbers({ planSeconds: state.planSeconds });
+    return { planSeconds: state.planSeconds, error: null };
+  })();
+  try {
+    return await state.planLoading;
+  } finally {
+    state.planLoading = null;
+  }
+}
+
+// -- playback -----------------------------------------------------------------------------------------
+
+async function ensurePlayback(sampleRate) {
+  if (state.playback !== null) return state.playback;
+  state.playback = false; // tried: a browser without Web Audio still decodes
+  try {
+    const context = new AudioContext({ sampleRate, latencyHint: "interactive" });
+    await context.audioWorklet.addModule(new URL("./playback_worklet.mjs", import.meta.url));
+    const node = new AudioWorkletNode(context, "edge-playback", {
+      numberOfInputs: 0,
+      outputChannelCount: [1],
+      processorOptions: { jitterSamples: Math.round(JITTER_SECONDS * sampleRate) },
+    });
+    node.connect(context.destination);
+    state.playback = { context, node };
+  } catch (error) {
+    console.warn("no audio playback:", error);
+  }
+  return state.playback;
+}
+
+function play(message, transfer = []) {
+  if (state.playback) state.playback.node.port.postMessage(message, transfer);
+}
+
+// -- speaking -----------------------------------------------------------------------------------------
+
+function closeMessage(event) {
+  const reason = event.reason ? `: ${event.reason}` : "";
+  return `the connection closed (code ${event.code}${reason}) before the stream's done message; the audio decoded so far is kept`;
+}
+
+/** Why a WebSocket failed before any message: asks the API so a wrong key says so. */
+async function handshakeFailure(event) {
+  try {
+    const response = await fetch("/v1/audio/voices", { headers: authHeaders(), cache: "no-store" });
+    if (response.status === 401) return `the server refused the API key (401): ${await serverMessage(response)}`;
+  } catch {
+    return "the server cannot be reached";
+  }
+  return `the WebSocket was refused or closed at once (code ${event.code}${event.reason ? `: ${event.reason}` : ""})`;
+}
+
+function checkStart(start, plan) {
+  if (start.plan_id && start.plan_id !== plan.plan_id) {
+    throw new Error(
+      `the stream was made for plan ${start.plan_id.slice(0, 12)}, this page loaded ${plan.plan_id.slice(0, 12)}: reload the plan`,
+    );
+  }
+  for (const key of ["num_quantizers", "codebook_size", "sample_rate"]) {
+    if (start[key] !== plan[key]) {
+      throw new Error(`the stream's ${key} is ${start[key]}, the plan's ${plan[key]}: they do not belong together`);
+    }
+  }
+}
+
+async function speak(text, { voice, cancelAfterFrames = null } = {}) {
+  const result = {
+    frames: [],
+    pcm: [],
+    firstAudioSeconds: null,
+    rtf: null,
+    bytes: 0,
+    planSeconds: state.planSeconds,
+    error: null,
+    doneReason: null,
+    segmentEnds: [], // frames received when a segment end or end of stream flushed the decoder
+    resets: [], // frames received when a reset flag dropped the decoder's state
+  };
+  if (state.busy) return { ...result, error: "already speaking: Stop first" };
+  state.busy = true;
+  state.stopRequested = false;
+  setSpeaking(true);
+  const started = performance.now();
+  let decodeSeconds = 0;
+  let samples = 0;
+  const received = () => result.frames.length;
+  const addPcm = (pcm, seconds) => {
+    decodeSeconds += seconds;
+    if (!pcm.length) return;
+    if (result.firstAudioSeconds === null) result.firstAudioSeconds = (performance.now() - started) / 1000;
+    samples += pcm.length;
+    for (const sample of pcm) result.pcm.push(sample);
+    play({ type: "pcm", samples: pcm }, [pcm.buffer]);
+  };
+  const update = () => {
+    const rate = state.plan?.sample_rate ?? 24000;
+    result.rtf = samples ? decodeSeconds / (samples / rate) : null;
+    showNumbers({ ...result, planSeconds: state.planSeconds });
+  };
+  try {
+    if (!text.trim()) throw new Error("there is no text to speak");
+    if (!state.plan) await reloadPlan();
+    const plan = state.plan;
+    const worker = state.worker;
+    result.planSeconds = state.planSeconds;
+    await worker.call("reset");
+    const playback = await ensurePlayback(plan.sample_rate);
+    if (playback) {
+      playback.context.resume().catch(() => {}); // autoplay rules may hold it until a click: decoding goes on
+      play({ type: "start" });
+    }
+    showStatus("Speaking...");
+    const parser = new CodecStreamParser();
+    const protocols = [SUBPROTOCOL, ...(apiKey() ? [`bearer.${base64url(apiKey())}`] : [])];
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const socket = new WebSocket(`${scheme}://${location.host}/v1/audio/speech/stream`, protocols);
+    socket.binaryType = "arraybuffer";
+    state.socket = socket;
+    let cancelSent = false;
+    const cancel = () => {
+      if (!cancelSent && socket.readyState === WebSocket.OPEN) {
+        socket.send(JSON.stringify({ type: "cancel" }));
+        cancelSent = true;
+      }
+    };
+    state.cancel = cancel;
+
+    async function handle(data) {
+      result.bytes += typeof data === "string" ? new TextEncoder().encode(data).length : data.byteLength;
+      const event = typeof data === "string" ? parser.handleText(data) : parser.handleBinary(new Uint8Array(data));
+      if (event === null) return; // a duplicate: skipped
+      if (event.type === "start") {
+        checkStart(event, plan);
+      } else if (event.type === "frames") {
+        const q = event.numQuantizers;
+        if (event.flags.reset) result.resets.push(received());
+        for (let t = 0; t < event.count; t++) result.frames.push(Array.from(event.frames.subarray(t * q, (t + 1) * q)));
+        const reply = await worker.call("frames", { frames: event.frames, count: event.count, flags: event.flags }, [
+          event.frames.buffer,
+        ]);
+        if (event.flags.segmentEnd || event.flags.endOfStream) result.segmentEnds.push(received());
+        addPcm(reply.pcm, reply.seconds);
+        if (cancelAfterFrames !== null && received() >= cancelAfterFrames) cancel();
+      } else if (event.type === "done") {
+        result.doneReason = event.reason;
+        if (event.reason === "error") result.error = `the server ended the stream with an error: ${event.error ?? "no message"}`;
+      }
+      update();
+    }
+
+    await new Promise((resolve, reject) => {
+      let chain = Promise.resolve();
+      let messages = 0;
+      let settled = false;
+      const finish = (error) => {
+        if (settled) return;
+        settled = true;
+        if (error) reject(error);
+        else resolve();
+      };
+      socket.onopen = () => {
+        const request = { type: "start", edge_hardware: HARDWARE_CLASS, input: text };
+        if (voice) request.voice = voice;
+        socket.send(JSON.stringify(request));
+        socket.send(JSON.stringify({ type: "end" }));
+        if (state.stopRequested) cancel();
+      };
+      socket.onmessage = ({ data }) => {
+        messages += 1;
+        chain = chain.then(async () => {
+          if (settled) return;
+          await handle(data);
+          if (parser.done !== null) finish();
+        });
+        chain.catch(finish);
+      };
+      socket.onclose = (event) => {
+        chain.then(async () => {
+          if (parser.done !== null) return finish();
+          if (messages === 0) return finish(new Error(await handshakeFailure(event)));
+          finish(new Error(closeMessage(event)));
+        }, finish);
+      };
+    });
+  } catch (error) {
+    const name = error instanceof CodecStreamError ? `the stream broke the protocol (${error.name}): ` : "";
+    result.error = `${name}${error.message ?? error}`;
+  } finally {
+    if (state.socket && state.socket.readyState <= WebSocket.OPEN) state.socket.close(1000);
+    state.socket = null;
+    state.cancel = null;
+    try {
+      if (state.worker) {
+        const reply = await state.worker.call("flush"); // the frames received are real: decode what is left
+        addPcm(reply.pcm, reply.seconds);
+      }
+    } catch (error) {
+      result.error ??= error.message;
+    }
+    play({ type: "end" });
+    update();
+    state.busy = false;
+    setSpeaking(false);
+  }
+  const seconds = samples / (state.plan?.sample_rate ?? 24000);
+  if (result.error) showStatus(`Error: ${result.error}`, { error: true });
+  else showStatus(`Done (${result.doneReason}): ${result.frames.length} frames, ${seconds.toFixed(2)} s of audio decoded here.`);
+  return result;
+}
+
+function stop() {
+  state.stopRequested = true;
+  state.cancel?.();
+  play({ type: "stop" });
+}
+
+// -- wiring -------------------------------------------------------------------------------------------
+
+async function refreshVoicesAndPlan() {
+  const errors = [];
+  try {
+    await loadVoices();
+  } catch (error) {
+    errors.push(error.message);
+  }
+  try {
+    await reloadPlan();
+  } catch (error) {
+    errors.push(error.message);
+  }
+  if (errors.length) showStatus(`Error: ${errors.join("; ")}`, { error: true });
+  else showStatus("Ready.");
+  return errors;
+}
+
+ui.speak.addEventListener("click", () => {
+  speak(ui.text.value, { voice: ui.voice.value || undefined });
+});
+ui.stop.addEventListener("click", stop);
+ui.reloadPlan.addEventListener("click", async () => {
+  ui.reloadPlan.disabled = true;
+  ui.speak.disabled = true;
+  try {
+    await refreshVoicesAndPlan();
+  } finally {
+    setSpeaking(false);
+  }
+});
+ui.apiKey.addEventListener("change", () => loadVoices().catch((error) => showStatus(`Error: ${error.message}`, { error: true })));
+
+// A key given in the page's address (`?api_key=KEY`) fills the field, then leaves the address bar and history.
+const givenKey = new URLSearchParams(location.search).get("api_key");
+if (givenKey) {
+  ui.apiKey.value = givenKey;
+  const address = new URL(location.href);
+  address.searchParams.delete("api_key");
+  history.replaceState(null, "", address);
+}
+
+const ready = refreshVoicesAndPlan().then(() => undefined);
+
+window.edgeTest = {
+  ready,
+  speak,
+  async setApiKey(key) {
+    ui.apiKey.value = key ?? "";
+    try {
+      await loadVoices();
+      if (ui.status.classList.contains("error")) showStatus("Ready.");
+    } catch (error) {
+      showStatus(`Error: ${error.message}`, { error: true });
+    }
+  },
+  async reloadPlan() {
+    try {
+      const loaded = await reloadPlan();
+      showStatus("Ready.");
+      return loaded;
+    } catch (error) {
+      showStatus(`Error: ${error.message}`, { error: true });
+      return { planSeconds: null, error: error.message };
+    } finally {
+      if (!state.busy) setSpeaking(false);
+    }
+  },
+};
