@@ -5,7 +5,7 @@ VLLM_TESTS := tests/entrypoints tests/model_executor/models/qwen3_tts/test_talke
 	tests/model_executor/models/qwen3_tts/test_tokenizer_encoder.py tests/model_executor/models/qwen3_tts/test_speaker_encoder.py \
 	tests/model_executor/models/qwen3_tts/test_talker_gpu.py tests/examples
 
-.PHONY: setup setup-oracle setup-rknn setup-vllm setup-web setup-browser demo test test-vllm lint bench bench-stateful bench-talker bench-serve bench-serve-load bench-rknn clean
+.PHONY: setup setup-oracle setup-rknn setup-vllm setup-web setup-browser demo test test-vllm lint bench bench-stateful bench-talker bench-serve bench-serve-load bench-rknn bench-browser clean
 
 setup:
 	@tools/setup_venv.sh .venv requirements/dev.txt --editable
@@ -98,6 +98,12 @@ bench-serve-load: setup-vllm
 # Minutes and several GB per row: run it under the shared lock (flock /work/heavy.lock make bench-rknn).
 bench-rknn: setup setup-rknn
 	.venv-rknn/bin/python benchmarks/bench_rknn.py --out out/bench
+
+# The browser class in headless Chromium (small, then released; random weights): plan load, first audio, WASM
+# RTF at 1/2/4 threads, the browser's memory, and the native onnxruntime step over the same frames.
+bench-browser: setup setup-vllm setup-web setup-browser
+	.venv-vllm/bin/python benchmarks/bench_browser.py --out out/bench_browser --geometry small
+	.venv-vllm/bin/python benchmarks/bench_browser.py --out out/bench_browser --geometry released
 
 clean:
 	rm -rf out .pytest_cache

@@ -3,6 +3,9 @@ page, and Debian's headless Chromium (``make setup-browser``) decodes the codec 
 
 The page's test hook (``window.edgeTest``, ``web/page/app.mjs``) returns what it received and decoded; its PCM
 must equal the full decode of the same frames in Python (>= 100 dB) for two utterances and a cancelled one.
+Hostile input shows on the page and leaves it usable: a wrong key, an artifact that no longer matches the plan's
+sha256, and recordings a server never sends (a sequence gap, a cut-off stream) fed through ``playRecording``,
+the WebSocket's code path from the parser on.
 Every wait is bounded: a page that never gets ready or a speak that never returns fails the test.
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import io
 import json
 import os
 import shutil
@@ -182,7 +186,7 @@ def browser(server, tmp_path_factory: pytest.TempPathFactory):
         "--disable-sync",
         "--no-first-run",
         "--autoplay-policy=no-user-gesture-required",  # the AudioWorklet plays without a click
-        "--window-size=1280,900",
+        "--window-size=1000,700",  # the screenshot in docs/serving/browser.md
         f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
     ):
         options.add_argument(flag)
@@ -316,3 +320,96 @@ def test_the_api_answers_a_same_origin_page_without_extra_headers(browser, serve
         assert "cross-origin-resource-policy" not in {name.lower() for name in response.headers}
         plan_id = json.loads(response.read())["plan_id"]
     assert answer == {"status": 200, "crossOriginIsolated": True, "plan": plan_id}, answer
+
+
+CLEAR_CACHE_STORAGE = (
+    "for (const n of await caches.keys()) await caches.delete(n); return (await caches.keys()).length;"
+)
+
+
+def test_a_plan_with_a_bad_sha256_shows_an_error_then_loads_again(browser, server, full_decode):
+    """The served artifact stops matching the plan's sha256 (the plan JSON is unchanged): a page without the
+    verified copy in Cache Storage refuses it by name, keeps its decoder, and loads it once it is restored."""
+    with server.request("/v1/edge/plans/browser") as response:
+        plan = json.loads(response.read())
+    name = next(iter(plan["artifacts"].values()))["file"]
+    served = server.artifacts / "browser" / name  # read per request (FileResponse): a swap shows at once
+    kept = served.with_name(name + ".kept")
+    damaged = bytearray(served.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF  # same size: only the hash can tell
+    os.replace(served, kept)
+    try:
+        served.write_bytes(damaged)
+        assert call(browser, CLEAR_CACHE_STORAGE, timeout=30) == 0
+        refused = call(browser, "return await window.edgeTest.reloadPlan();", timeout=PAGE_LOAD_S)
+        shown = status_text(browser) or ""
+    finally:
+        os.replace(kept, served)
+    assert refused["error"] and "sha256 mismatch" in refused["error"] and name in refused["error"], refused
+    assert "sha256 mismatch" in shown and name in shown and "error" in status_class(browser), shown
+    loaded = call(browser, "return await window.edgeTest.reloadPlan();", timeout=PAGE_LOAD_S)
+    assert loaded["error"] is None and loaded["cached"] == [], loaded  # verified again: nothing damaged was cached
+    assert status_text(browser) == "Ready."
+    assert_decodes_exactly(speak(browser, *UTTERANCES[0]), full_decode, "after the plan was restored")
+
+
+def status_class(driver) -> str:
+    return driver.find_element("id", "status").get_attribute("class") or ""
+
+
+def play_recording(driver, recording: bytes) -> dict:
+    """``recording`` through the page's ``edgeTest.playRecording`` (the WebSocket's code path from the parser on)."""
+    result = call(driver, "return await window.edgeTest.playRecording(args[0]);", list(recording), timeout=SPEAK_S)
+    assert isinstance(result, dict) and "thrown" not in result, f"playRecording threw: {result}\n{console(driver)}"
+    return result
+
+
+def python_error(recording: bytes) -> str | None:
+    """The error class Python's parser raises on ``recording`` (None: it parses)."""
+    from vllm_omni.edge.stream import CodecStreamError, iter_events
+
+    try:
+        list(iter_events(io.BytesIO(recording)))
+    except CodecStreamError as error:
+        return type(error).__name__
+    return None
+
+
+def test_hostile_and_cut_off_streams_show_an_error_and_the_page_works_on(browser, server, full_decode):
+    from vllm_omni.edge.stream import KIND_BINARY, KIND_JSON, RECORDING_MAGIC, CodecStreamEncoder, StreamStart, record
+
+    with server.request("/v1/edge/plans/browser") as response:
+        plan = json.loads(response.read())
+    start = StreamStart(
+        num_quantizers=plan["num_quantizers"], codebook_size=plan["codebook_size"], frame_rate=12.5,
+        sample_rate=plan["sample_rate"], max_frames_per_message=4, hardware_class="browser", plan_id=plan["plan_id"],
+    )  # fmt: skip
+    frames = np.random.default_rng(29).integers(0, start.codebook_size, size=(13, start.num_quantizers))
+    encoder = CodecStreamEncoder(start)
+    head = RECORDING_MAGIC + record(KIND_JSON, encoder.start())
+    messages = [
+        record(KIND_BINARY, encoder.frames(frames[i : i + 4], end_of_stream=i + 4 >= len(frames)))
+        for i in (0, 4, 8, 12)
+    ]
+    golden = head + b"".join(messages) + record(KIND_JSON, encoder.done())
+    gap = head + messages[0] + b"".join(messages[2:])  # message 1 lost
+    cut = golden[: len(head) + len(messages[0]) + len(messages[1]) + 9]  # 9 bytes into message 2's record
+    assert python_error(golden) is None  # and Python's parser breaks where the page must:
+    assert (python_error(gap), python_error(cut)) == ("SequenceGapError", "TruncatedStreamError")
+
+    played = play_recording(browser, golden)
+    assert played["frames"] == frames.tolist() and played["bytes"] == len(golden), played["bytes"]
+    assert played["doneReason"] == "complete" and played["segmentEnds"] == [len(frames)], played["segmentEnds"]
+    assert_decodes_exactly(played, full_decode, "the golden recording")
+    assert status_text(browser).startswith("Done (complete): 13 frames")
+
+    for label, recording, error, kept in (("gap", gap, "SequenceGapError", 4), ("cut", cut, "TruncatedStreamError", 8)):
+        broken = play_recording(browser, recording)
+        shown = status_text(browser) or ""
+        assert broken["error"] and error in broken["error"], (label, broken["error"])
+        assert error in shown and "broke the protocol" in shown and "error" in status_class(browser), (label, shown)
+        assert broken["frames"] == frames[:kept].tolist(), label  # the messages before the break were decoded
+        pcm, reference = np.asarray(broken["pcm"], dtype=np.float32), full_decode(frames[:kept])
+        assert pcm.size == reference.size and snr_db(reference, pcm) >= MIN_SNR_DB, (label, pcm.size, reference.size)
+        assert_decodes_exactly(speak(browser, *UTTERANCES[1]), full_decode, f"speak after the {label} recording")
+        assert "error" not in status_class(browser), label

@@ -10,7 +10,9 @@
 //   ready: Promise<void>        the first plan load and voice list were attempted (errors are in #status)
 //   speak(text, {voice, cancelAfterFrames}) -> {frames, pcm, firstAudioSeconds, rtf, bytes, planSeconds, error,
 //        doneReason, segmentEnds, resets}
-//   setApiKey(key), reloadPlan() -> {planSeconds, error}
+//   playRecording(bytes: number[]) -> as speak: a codec-stream recording ("QCS\x01" framing) through the same
+//        parser, decoder worker and status line as the WebSocket's messages (hostile and cut-off streams)
+//   setApiKey(key), reloadPlan({threads}) -> {planSeconds, threads, cached, error}   (threads: as ?threads=N)
 
 import { loadPlan } from "./edge/plan.mjs";
 import { CodecStreamError, CodecStreamParser } from "./edge/stream.mjs";
@@ -19,6 +21,7 @@ const HARDWARE_CLASS = "browser";
 const SUBPROTOCOL = "qwen3-tts-codec-stream";
 const CACHE_NAME = "vllm-omni-edge-plans";
 const JITTER_SECONDS = 0.2;
+const RECORDING_PIECE_BYTES = 4096;
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -41,9 +44,10 @@ const state = {
   planSeconds: null,
   worker: null,
   workerInfo: null,
+  threads: null, // WASM threads asked for (?threads=N or reloadPlan({threads})); null: the worker's default
   planLoading: null, // Promise of the load in progress
   busy: false,
-  socket: null,
+  cancel: null, // cancels the utterance in progress
   stopRequested: false,
   playback: null, // {context, node} or null when the browser gives no audio
 };
@@ -169,7 +173,8 @@ async function reloadPlan() {
     const worker = startWorker();
     try {
       const artifacts = [...loaded.artifacts.entries()];
-      state.workerInfo = await worker.call("init", { plan: loaded.plan, artifacts }, artifacts.map(([, b]) => b));
+      const fields = { plan: loaded.plan, artifacts, threads: state.threads };
+      state.workerInfo = await worker.call("init", fields, artifacts.map(([, b]) => b));
     } catch (error) {
       worker.terminate();
       throw error;
@@ -183,7 +188,7 @@ async function reloadPlan() {
       `plan ${loaded.plan.plan_id.slice(0, 12)} (${HARDWARE_CLASS}), ${from}; onnxruntime-web WASM, ` +
       `${state.workerInfo.threads} thread(s)${crossOriginIsolated ? "" : " (not cross-origin isolated)"}`;
     showNumbers({ planSeconds: state.planSeconds });
-    return { planSeconds: state.planSeconds, error: null };
+    return { planSeconds: state.planSeconds, threads: state.workerInfo.threads, cached: loaded.cached, error: null };
   })();
   try {
     return await state.planLoading;
@@ -248,7 +253,14 @@ function checkStart(start, plan) {
   }
 }
 
-async function speak(text, { voice, cancelAfterFrames = null } = {}) {
+/**
+ * Decode and play one codec stream, whatever carries it. `source.open(sink)` starts the stream and returns
+ * `{cancel(), close()}`; the source hands every message (or piece of a recording) to
+ * `sink.message(bytes, read)`, where `read(parser)` returns the events it completes, and reports the end of
+ * its transport with `sink.ended(describe)`, `describe()` giving the Error for a stream that ended before
+ * its done message. The parser, the decoder worker, the result and the status line are the same for both.
+ */
+async function runUtterance(source, { cancelAfterFrames = null } = {}) {
   const result = {
     frames: [],
     pcm: [],
@@ -268,6 +280,7 @@ async function speak(text, { voice, cancelAfterFrames = null } = {}) {
   const started = performance.now();
   let decodeSeconds = 0;
   let samples = 0;
+  let control = null;
   const received = () => result.frames.length;
   const addPcm = (pcm, seconds) => {
     decodeSeconds += seconds;
@@ -283,7 +296,6 @@ async function speak(text, { voice, cancelAfterFrames = null } = {}) {
     showNumbers({ ...result, planSeconds: state.planSeconds });
   };
   try {
-    if (!text.trim()) throw new Error("there is no text to speak");
     if (!state.plan) await reloadPlan();
     const plan = state.plan;
     const worker = state.worker;
@@ -294,26 +306,10 @@ async function speak(text, { voice, cancelAfterFrames = null } = {}) {
       playback.context.resume().catch(() => {}); // autoplay rules may hold it until a click: decoding goes on
       play({ type: "start" });
     }
-    showStatus("Speaking...");
+    showStatus(source.status);
     const parser = new CodecStreamParser();
-    const protocols = [SUBPROTOCOL, ...(apiKey() ? [`bearer.${base64url(apiKey())}`] : [])];
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const socket = new WebSocket(`${scheme}://${location.host}/v1/audio/speech/stream`, protocols);
-    socket.binaryType = "arraybuffer";
-    state.socket = socket;
-    let cancelSent = false;
-    const cancel = () => {
-      if (!cancelSent && socket.readyState === WebSocket.OPEN) {
-        socket.send(JSON.stringify({ type: "cancel" }));
-        cancelSent = true;
-      }
-    };
-    state.cancel = cancel;
 
-    async function handle(data) {
-      result.bytes += typeof data === "string" ? new TextEncoder().encode(data).length : data.byteLength;
-      const event = typeof data === "string" ? parser.handleText(data) : parser.handleBinary(new Uint8Array(data));
-      if (event === null) return; // a duplicate: skipped
+    async function handle(event) {
       if (event.type === "start") {
         checkStart(event, plan);
       } else if (event.type === "frames") {
@@ -325,7 +321,7 @@ async function speak(text, { voice, cancelAfterFrames = null } = {}) {
         ]);
         if (event.flags.segmentEnd || event.flags.endOfStream) result.segmentEnds.push(received());
         addPcm(reply.pcm, reply.seconds);
-        if (cancelAfterFrames !== null && received() >= cancelAfterFrames) cancel();
+        if (cancelAfterFrames !== null && received() >= cancelAfterFrames) control?.cancel();
       } else if (event.type === "done") {
         result.doneReason = event.reason;
         if (event.reason === "error") result.error = `the server ended the stream with an error: ${event.error ?? "no message"}`;
@@ -335,7 +331,6 @@ async function speak(text, { voice, cancelAfterFrames = null } = {}) {
 
     await new Promise((resolve, reject) => {
       let chain = Promise.resolve();
-      let messages = 0;
       let settled = false;
       const finish = (error) => {
         if (settled) return;
@@ -343,36 +338,34 @@ async function speak(text, { voice, cancelAfterFrames = null } = {}) {
         if (error) reject(error);
         else resolve();
       };
-      socket.onopen = () => {
-        const request = { type: "start", edge_hardware: HARDWARE_CLASS, input: text };
-        if (voice) request.voice = voice;
-        socket.send(JSON.stringify(request));
-        socket.send(JSON.stringify({ type: "end" }));
-        if (state.stopRequested) cancel();
-      };
-      socket.onmessage = ({ data }) => {
-        messages += 1;
-        chain = chain.then(async () => {
-          if (settled) return;
-          await handle(data);
-          if (parser.done !== null) finish();
-        });
-        chain.catch(finish);
-      };
-      socket.onclose = (event) => {
-        chain.then(async () => {
-          if (parser.done !== null) return finish();
-          if (messages === 0) return finish(new Error(await handshakeFailure(event)));
-          finish(new Error(closeMessage(event)));
-        }, finish);
-      };
+      control = source.open({
+        message(bytes, read) {
+          chain = chain.then(async () => {
+            if (settled) return;
+            result.bytes += bytes;
+            let events;
+            try {
+              events = read(parser);
+            } catch (error) {
+              for (const event of error.events ?? []) await handle(event); // a recording's messages before the bad one
+              throw error;
+            }
+            for (const event of events) await handle(event);
+            if (parser.done !== null) finish();
+          });
+          chain.catch(finish);
+        },
+        ended(describe) {
+          chain.then(async () => (parser.done !== null ? finish() : finish(await describe())), finish);
+        },
+      });
+      state.cancel = () => control.cancel();
     });
   } catch (error) {
     const name = error instanceof CodecStreamError ? `the stream broke the protocol (${error.name}): ` : "";
     result.error = `${name}${error.message ?? error}`;
   } finally {
-    if (state.socket && state.socket.readyState <= WebSocket.OPEN) state.socket.close(1000);
-    state.socket = null;
+    control?.close();
     state.cancel = null;
     try {
       if (state.worker) {
@@ -392,6 +385,73 @@ async function speak(text, { voice, cancelAfterFrames = null } = {}) {
   else showStatus(`Done (${result.doneReason}): ${result.frames.length} frames, ${seconds.toFixed(2)} s of audio decoded here.`);
   return result;
 }
+
+/** The stream of `text` from the server's WebSocket, which the API key opens (a `bearer.` subprotocol). */
+function socketSource(text, voice) {
+  return {
+    status: "Speaking...",
+    open(sink) {
+      if (!text.trim()) throw new Error("there is no text to speak");
+      const protocols = [SUBPROTOCOL, ...(apiKey() ? [`bearer.${base64url(apiKey())}`] : [])];
+      const scheme = location.protocol === "https:" ? "wss" : "ws";
+      const socket = new WebSocket(`${scheme}://${location.host}/v1/audio/speech/stream`, protocols);
+      socket.binaryType = "arraybuffer";
+      let cancelSent = false;
+      let messages = 0;
+      const cancel = () => {
+        if (!cancelSent && socket.readyState === WebSocket.OPEN) {
+          socket.send(JSON.stringify({ type: "cancel" }));
+          cancelSent = true;
+        }
+      };
+      socket.onopen = () => {
+        const request = { type: "start", edge_hardware: HARDWARE_CLASS, input: text };
+        if (voice) request.voice = voice;
+        socket.send(JSON.stringify(request));
+        socket.send(JSON.stringify({ type: "end" }));
+        if (state.stopRequested) cancel();
+      };
+      socket.onmessage = ({ data }) => {
+        messages += 1;
+        if (typeof data === "string") {
+          sink.message(new TextEncoder().encode(data).length, (parser) => [parser.handleText(data)]);
+        } else {
+          sink.message(data.byteLength, (parser) => [parser.handleBinary(new Uint8Array(data))].filter(Boolean));
+        }
+      };
+      socket.onclose = (event) => {
+        sink.ended(async () => new Error(messages ? closeMessage(event) : await handshakeFailure(event)));
+      };
+      return {
+        cancel,
+        close() {
+          if (socket.readyState <= WebSocket.OPEN) socket.close(1000);
+        },
+      };
+    },
+  };
+}
+
+/**
+ * A recorded stream (the "QCS\x01" framing of vllm_omni.edge.stream.recording), fed in pieces as an HTTP body
+ * arrives. It is queued whole at once, so Stop has nothing left to cancel.
+ */
+function recordingSource(bytes) {
+  return {
+    status: "Playing a recording...",
+    open(sink) {
+      for (let offset = 0; offset < bytes.length; offset += RECORDING_PIECE_BYTES) {
+        const piece = bytes.subarray(offset, offset + RECORDING_PIECE_BYTES);
+        sink.message(piece.length, (parser) => parser.feedRecording(piece));
+      }
+      sink.message(0, (parser) => parser.finishRecording()); // a cut-off recording throws TruncatedStreamError
+      return { cancel() {}, close() {} };
+    },
+  };
+}
+
+const speak = (text, { voice, cancelAfterFrames = null } = {}) =>
+  runUtterance(socketSource(text, voice), { cancelAfterFrames });
 
 function stop() {
   state.stopRequested = true;
@@ -434,7 +494,9 @@ ui.reloadPlan.addEventListener("click", async () => {
 ui.apiKey.addEventListener("change", () => loadVoices().catch((error) => showStatus(`Error: ${error.message}`, { error: true })));
 
 // A key given in the page's address (`?api_key=KEY`) fills the field, then leaves the address bar and history.
-const givenKey = new URLSearchParams(location.search).get("api_key");
+const query = new URLSearchParams(location.search);
+if (query.has("threads")) state.threads = Number.parseInt(query.get("threads"), 10) || null;
+const givenKey = query.get("api_key");
 if (givenKey) {
   ui.apiKey.value = givenKey;
   const address = new URL(location.href);
@@ -447,6 +509,7 @@ const ready = refreshVoicesAndPlan().then(() => undefined);
 window.edgeTest = {
   ready,
   speak,
+  playRecording: (bytes) => runUtterance(recordingSource(Uint8Array.from(bytes))),
   async setApiKey(key) {
     ui.apiKey.value = key ?? "";
     try {
@@ -456,7 +519,8 @@ window.edgeTest = {
       showStatus(`Error: ${error.message}`, { error: true });
     }
   },
-  async reloadPlan() {
+  async reloadPlan({ threads } = {}) {
+    if (threads !== undefined) state.threads = threads;
     try {
       const loaded = await reloadPlan();
       showStatus("Ready.");

@@ -3,7 +3,8 @@
 // are decoded in the order they arrived.
 //
 // Requests {id, type, ...} -> replies {id, ok: true, ...} or {id, ok: false, error}:
-//   init   {plan, artifacts: [[file, ArrayBuffer]]}  -> {threads, seconds, sampleRate, samplesPerFrame}
+//   init   {plan, artifacts: [[file, ArrayBuffer]], threads} -> {threads, seconds, sampleRate, samplesPerFrame}
+//          (threads: null for min(hardwareConcurrency, 4); WASM threads need cross-origin isolation, else 1)
 //   reset  {}                                         -> {}
 //   frames {frames: Int32Array, count, flags}         -> {pcm: Float32Array, seconds}  (reset before, flush after
 //                                                        a segment end or end of stream, as the flags say)
@@ -15,7 +16,8 @@ import { openPlanRunners } from "./edge/ort_step_runner.mjs";
 import { StatefulDecoder } from "./edge/stateful_decoder.mjs";
 
 ort.env.wasm.wasmPaths = new URL("./ort/", import.meta.url).href;
-const THREADS = self.crossOriginIsolated ? Math.max(1, Math.min(navigator.hardwareConcurrency || 1, 4)) : 1;
+const DEFAULT_THREADS = Math.max(1, Math.min(navigator.hardwareConcurrency || 1, 4));
+const MAX_THREADS = 16;
 
 let decoder = null;
 
@@ -29,9 +31,12 @@ function concat(a, b) {
 }
 
 const handlers = {
-  async init({ plan, artifacts }) {
+  async init({ plan, artifacts, threads = null }) {
     const started = performance.now();
-    const { main, first } = await openPlanRunners(ort, plan, new Map(artifacts), { threads: THREADS });
+    const asked = Number.isSafeInteger(threads) ? Math.max(1, Math.min(threads, MAX_THREADS)) : DEFAULT_THREADS;
+    const { main, first } = await openPlanRunners(ort, plan, new Map(artifacts), {
+      threads: self.crossOriginIsolated ? asked : 1,
+    });
     decoder = new StatefulDecoder(main, first);
     return {
       threads: ort.env.wasm.numThreads,

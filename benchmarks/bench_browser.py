@@ -1,0 +1,364 @@
+"""The browser class in headless Chromium: plan load, first audio, WASM decode RTF at 1/2/4 threads, the
+browser's memory, and the native onnxruntime step of the same plan over the same frames.
+
+    .venv-vllm/bin/python benchmarks/bench_browser.py --geometry small|released [--out out/bench_browser]
+        [--threads 1 2 4] [--native-threads 1 2] [--max-model-len 160]
+
+RANDOM WEIGHTS: a checkpoint written by ``make_checkpoint --talker tiny`` (reused across runs) behind a loopback
+``vllm serve CKPT --omni --edge-hardware browser,cpu_x86_64`` (its plans built at the first start, kept under
+``--out``); Debian's chromium and chromedriver (``make setup-browser``), Selenium from the serving venv.
+
+Measured, in order, on one page (``/edge/browser/``, its ``window.edgeTest`` hook):
+
+- plan load (fetch, sha256 in WebCrypto, a worker and its onnxruntime-web session): cold, the page's first
+  load in a fresh browser profile; cached, ``reloadPlan()`` with the verified files in Cache Storage;
+- one utterance over the WebSocket (the tiny talker generating on this host's CPUs): first audio (from the
+  call to the first decoded PCM), bytes, frames; the model length bounds it (the random talker rarely stops);
+- the frames that utterance brought, replayed as a recording (``edgeTest.playRecording``, 4 frames a message)
+  after ``reloadPlan({threads})``: the worker's decode seconds / audio seconds (RTF), first audio, and the SNR
+  of the page's PCM against the native decode; the server idles meanwhile, so the decode has the CPUs;
+- the browser's memory: the RSS of chromedriver's descendants (the browser, renderer, GPU and utility
+  processes; shared pages count once per process, so the sum is an upper bound) and their PSS (each page
+  counted once), sampled every 0.25 s: on ``about:blank``, the peak of the page's cold load and first
+  utterance, after it, and the peak of the whole run (a terminated worker's memory is freed lazily);
+- the native step: ``open_decoder(plan, threads=N)`` in this process over the same frames, 4 at a time.
+
+Writes ``browser_{geometry}.json`` under ``--out`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+KEY = "bench-key"
+FRAMES_PER_MESSAGE = 4
+ENGINE_ARGS = ["--dtype", "float32", "--enforce-eager", "--block-size", "32", "--kv-cache-memory-bytes", str(64 << 20)]
+TEXT, VOICE = "Hello there, this is a benchmark of the page that decodes speech in the browser.", "Ryan"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def ensure_checkpoint(out: Path, geometry: str) -> Path:
+    checkpoint = out / f"checkpoint-{geometry}"
+    if not (checkpoint / "config.json").exists():
+        print(f"[bench] writing a random-weight {geometry} checkpoint with a tiny talker to {checkpoint}", flush=True)
+        command = [sys.executable, "-m", "vllm_omni.edge.testing.make_checkpoint", "--geometry", geometry]
+        subprocess.run([*command, "--talker", "tiny", "--out", str(checkpoint)], check=True)
+    return checkpoint
+
+
+@contextlib.contextmanager
+def serving(checkpoint: Path, artifacts: Path, log: Path, max_model_len: int, start_timeout: float):
+    """``vllm serve`` on a free loopback port behind :data:`KEY`, once ``/health`` answers: its URL."""
+    port = free_port()
+    command = [str(Path(sys.executable).parent / "vllm"), "serve", str(checkpoint), "--omni"]
+    command += ["--edge-hardware", "browser,cpu_x86_64", "--edge-artifacts", str(artifacts)]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--api-key", KEY, *ENGINE_ARGS]
+    command += ["--max-model-len", str(max_model_len)]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
+    try:
+        while True:
+            if process.poll() is not None:
+                raise SystemExit(f"the server exited with {process.returncode}; see {log}")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() - started > start_timeout:
+                raise SystemExit(f"the server did not come up in {start_timeout:.0f} s; see {log}")
+            time.sleep(2)
+        print(f"[bench] server up in {time.monotonic() - started:.0f} s (plans built or reused)", flush=True)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+class TreeMemory:
+    """The summed RSS and PSS (MiB) of a process's descendants, sampled in a thread; peaks since the last reset.
+    PSS divides each shared page among the processes mapping it, so its sum counts each page once."""
+
+    def __init__(self, root_pid: int, every_s: float = 0.25) -> None:
+        import psutil
+
+        self._root, self._every = psutil.Process(root_pid), every_s
+        self.peak = self.now = self.peak_pss = self.now_pss = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def sample(self) -> tuple[float, float]:
+        """(RSS, PSS) summed over the descendants now, MiB."""
+        import psutil
+
+        rss = pss = 0
+        for process in self._root.children(recursive=True):
+            with contextlib.suppress(psutil.Error):  # a process that ended between the listing and the read
+                info = process.memory_full_info()
+                rss, pss = rss + info.rss, pss + info.pss
+        return rss / 2**20, pss / 2**20
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.now, self.now_pss = self.sample()
+            self.peak, self.peak_pss = max(self.peak, self.now), max(self.peak_pss, self.now_pss)
+            self._stop.wait(self._every)
+
+    def reset(self) -> None:
+        self.peak, self.peak_pss = self.now, self.now_pss
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def open_browser(profile: Path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--autoplay-policy=no-user-gesture-required",
+        "--window-size=1000,700",
+        f"--user-data-dir={profile}",
+    ):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+def page_call(driver, body: str, *args, timeout: float = 600):
+    """``body`` (an async function's body, ``args`` as ``args``) in the page; a rejection raises."""
+    script = (
+        "const done = arguments[arguments.length - 1];\n"
+        "const args = Array.from(arguments).slice(0, -1);\n"
+        "(async () => {\nwhile (!window.edgeTest) { await new Promise((r) => setTimeout(r, 50)); }\n"
+        f"{body}\n}})().then(done, (e) => done({{thrown: String((e && e.stack) || e)}}));"
+    )
+    driver.set_script_timeout(timeout)
+    result = driver.execute_async_script(script, *args)
+    if isinstance(result, dict) and ("thrown" in result or result.get("error")):
+        raise SystemExit(f"the page failed: {result.get('thrown') or result.get('error')}")
+    return result
+
+
+def as_recording(frames: np.ndarray, plan: dict) -> bytes:
+    from vllm_omni.edge.stream import StreamStart, encode_recording
+
+    start = StreamStart(
+        num_quantizers=plan["num_quantizers"], codebook_size=plan["codebook_size"], frame_rate=12.5,
+        sample_rate=plan["sample_rate"], max_frames_per_message=FRAMES_PER_MESSAGE, hardware_class="browser",
+        plan_id=plan["plan_id"],
+    )  # fmt: skip
+    last = len(frames) - FRAMES_PER_MESSAGE
+    batches = [
+        (frames[i : i + FRAMES_PER_MESSAGE], {"end_of_stream": i >= last})
+        for i in range(0, len(frames), FRAMES_PER_MESSAGE)
+    ]
+    return encode_recording(start, batches)
+
+
+def native_decode(plan_dir: Path, frames: np.ndarray, threads: int) -> tuple[dict, np.ndarray]:
+    """The onnxruntime step of ``plan_dir`` over ``frames`` (4 a feed, as the page's messages): RTF, first audio."""
+    from vllm_omni.edge.plan import ExecPlan
+    from vllm_omni.edge.runtime.open import open_decoder
+
+    plan = ExecPlan.load(plan_dir)
+    started = time.perf_counter()
+    decoder = open_decoder(plan, threads=threads)
+    open_seconds = time.perf_counter() - started
+    pieces, seconds, first_audio = [], 0.0, None
+    for index in range(0, len(frames), FRAMES_PER_MESSAGE):
+        started = time.perf_counter()
+        pcm = decoder.feed(frames[index : index + FRAMES_PER_MESSAGE])
+        seconds += time.perf_counter() - started
+        if pcm.size and first_audio is None:
+            first_audio = seconds
+        pieces.append(pcm)
+    started = time.perf_counter()
+    pieces.append(decoder.flush())
+    seconds += time.perf_counter() - started
+    audio = np.concatenate(pieces).astype(np.float32)
+    audio_seconds = audio.size / plan.codec.sample_rate
+    row = {"threads": threads, "open_seconds": open_seconds, "seconds": seconds, "rtf": seconds / audio_seconds}
+    return {**row, "first_audio_seconds": first_audio}, audio
+
+
+def run(args: argparse.Namespace) -> dict:
+    from vllm_omni.edge.audio import snr_db
+
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoint = ensure_checkpoint(out, args.geometry)
+    artifacts = out / f"artifacts-{args.geometry}"
+    profile = out / f"chromium-profile-{args.geometry}"
+    subprocess.run(["rm", "-rf", str(profile)], check=True)  # a fresh browser: nothing cached from a last run
+    result: dict = {"geometry": args.geometry, "weights": "random", "host_cpus": os.cpu_count()}
+    log = out / f"server-{args.geometry}.log"
+    with serving(checkpoint, artifacts, log, args.max_model_len, args.start_timeout) as url:
+        request = urllib.request.Request(f"{url}/v1/edge/plans/browser", headers={"Authorization": f"Bearer {KEY}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            plan = json.loads(response.read())
+        files = {a["file"]: a["size_bytes"] for a in plan["artifacts"].values()}
+        result["plan"] = {"plan_id": plan["plan_id"], "bytes": sum(files.values()), "files": sorted(files)}
+        driver = open_browser(profile)
+        memory = TreeMemory(driver.service.process.pid)
+        try:
+            time.sleep(1)
+            blank = memory.sample()
+            memory.reset()
+            driver.set_page_load_timeout(120)
+            driver.get(f"{url}/edge/browser/?api_key={urllib.parse.quote(KEY)}")  # a fresh profile: a cold load
+            page_call(driver, "await window.edgeTest.ready; return true;")
+            result["browser"] = page_call(
+                driver,
+                "return {userAgent: navigator.userAgent, hardwareConcurrency: navigator.hardwareConcurrency, "
+                "crossOriginIsolated: self.crossOriginIsolated};",
+            )
+            spoken = page_call(driver, "return await window.edgeTest.speak(args[0], {voice: args[1]});", TEXT, VOICE)
+            page_peak = (memory.peak, memory.peak_pss)
+            if args.screenshot:  # the page after its first utterance: status line and numbers
+                driver.save_screenshot(str(args.screenshot))
+            time.sleep(2)
+            after_utterance = memory.sample()
+            cached = page_call(driver, "return await window.edgeTest.reloadPlan();")
+            assert sorted(cached["cached"]) == sorted(files), cached
+            result["plan_load_seconds"] = {"cold": spoken["planSeconds"], "cached": cached["planSeconds"]}
+            print(f"[bench] plan load: cold {spoken['planSeconds']:.2f} s, cached {cached['planSeconds']:.2f} s")
+            frames = np.asarray(spoken["frames"], dtype=np.int64)
+            audio_seconds = len(spoken["pcm"]) / plan["sample_rate"]
+            result["speak"] = {
+                "frames": len(frames),
+                "audio_seconds": audio_seconds,
+                "bytes": spoken["bytes"],
+                "first_audio_seconds": spoken["firstAudioSeconds"],
+                "rtf_while_generating": spoken["rtf"],
+                "threads": cached["threads"],
+            }
+            print(f"[bench] speak: {len(frames)} frames, {audio_seconds:.2f} s, first audio "
+                  f"{spoken['firstAudioSeconds']:.3f} s, RTF {spoken['rtf']:.3f}", flush=True)  # fmt: skip
+            recording = as_recording(frames, plan)
+            plan_dir = artifacts / "browser"
+            _, reference = native_decode(plan_dir, frames, 1)
+            rows = []
+            for threads in args.threads:
+                loaded = page_call(driver, "return await window.edgeTest.reloadPlan({threads: args[0]});", threads)
+                played = page_call(driver, "return await window.edgeTest.playRecording(args[0]);", list(recording))
+                pcm = np.asarray(played["pcm"], dtype=np.float32)
+                row = {
+                    "threads": loaded["threads"],
+                    "rtf": played["rtf"],
+                    "first_audio_seconds": played["firstAudioSeconds"],
+                    "plan_load_seconds": loaded["planSeconds"],
+                    "snr_db_vs_native": round(snr_db(reference, pcm), 1) if pcm.size == reference.size else None,
+                }
+                rows.append(row)
+                print(f"[bench] WASM {loaded['threads']} thread(s): RTF {row['rtf']:.3f}, first audio "
+                      f"{row['first_audio_seconds']:.3f} s", flush=True)  # fmt: skip
+            result["wasm"] = rows
+            result["browser_memory_mb"] = {
+                name: dict(zip(("rss", "pss"), values, strict=True))
+                for name, values in (
+                    ("blank", blank),
+                    ("page_peak", page_peak),
+                    ("after_utterance", after_utterance),
+                    ("whole_run_peak", (memory.peak, memory.peak_pss)),
+                )
+            }
+        finally:
+            memory.close()
+            driver.quit()
+    result["native"] = []
+    for threads in args.native_threads:
+        row, audio = native_decode(artifacts / "browser", frames, threads)
+        row["snr_db_vs_native_1"] = round(snr_db(reference, audio), 1)
+        result["native"].append(row)
+        print(f"[bench] native onnxruntime {threads} thread(s): RTF {row['rtf']:.3f}", flush=True)
+    return result
+
+
+def table(result: dict) -> str:
+    speak, load, memory = result["speak"], result["plan_load_seconds"], result["browser_memory_mb"]
+    mib = {name: f"{row['rss']:.0f} / {row['pss']:.0f}" for name, row in memory.items()}
+    lines = [
+        f"browser class, {result['geometry']} geometry, RANDOM WEIGHTS; headless Chromium "
+        f"({result['browser']['hardwareConcurrency']} logical CPUs, cross-origin isolated: "
+        f"{result['browser']['crossOriginIsolated']}); plan {result['plan']['bytes'] / 2**20:.1f} MiB",
+        f"plan load: cold {load['cold']:.2f} s, cached {load['cached']:.2f} s; one utterance over the WebSocket: "
+        f"{speak['frames']} frames ({speak['audio_seconds']:.2f} s of audio), {speak['bytes']:,} B, first audio "
+        f"{speak['first_audio_seconds']:.3f} s, RTF {speak['rtf_while_generating']:.3f} "
+        f"({speak['threads']} threads, the talker generating on the same CPUs)",
+        f"browser memory, RSS / PSS MiB summed over its processes: about:blank {mib['blank']}; peak of the page's "
+        f"cold load and first utterance {mib['page_peak']}; after it {mib['after_utterance']}; peak of the whole "
+        f"run ({2 + len(result['wasm'])} plan loads) {mib['whole_run_peak']}",
+        "",
+        "| decoder (same frames) | threads | RTF | first audio s | SNR dB vs native, 1 thread |",
+        "|---|---|---|---|---|",
+    ]
+    for row in result["wasm"]:
+        snr = "-" if row["snr_db_vs_native"] is None else row["snr_db_vs_native"]
+        lines.append(
+            f"| onnxruntime-web WASM (page) | {row['threads']} | {row['rtf']:.3f} | "
+            f"{row['first_audio_seconds']:.3f} | {snr} |"
+        )
+    for row in result["native"]:
+        lines.append(
+            f"| onnxruntime native (Python) | {row['threads']} | {row['rtf']:.3f} | "
+            f"{row['first_audio_seconds']:.3f} | {row['snr_db_vs_native_1']} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("out/bench_browser"))
+    parser.add_argument("--geometry", choices=("released", "small"), default="small")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4], help="WASM threads in the page")
+    parser.add_argument("--native-threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--max-model-len", type=int, default=160, help="bounds the utterance (prompt + frames)")
+    parser.add_argument("--start-timeout", type=float, default=1800, help="seconds for the server (plan builds)")
+    parser.add_argument("--screenshot", type=Path, help="save the page after its first utterance (PNG)")
+    args = parser.parse_args(argv)
+    result = run(args)
+    path = args.out / f"browser_{args.geometry}.json"
+    path.write_text(json.dumps(result, indent=2))
+    print(table(result))
+    print(f"[bench] wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
