@@ -43,7 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+from vllm_omni.edge.testing.browser import open_headless_chromium
+
 KEY = "bench-key"
 FRAMES_PER_MESSAGE = 4
 ENGINE_ARGS = ["--dtype", "float32", "--enforce-eager", "--block-size", "32", "--kv-cache-memory-bytes", str(64 << 20)]
@@ -138,28 +139,6 @@ class TreeMemory:
         self._thread.join()
 
 
-def open_browser(profile: Path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--autoplay-policy=no-user-gesture-required",
-        "--window-size=1000,700",
-        f"--user-data-dir={profile}",
-    ):
-        options.add_argument(flag)
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-
-
 def page_call(driver, body: str, *args, timeout: float = 600):
     """``body`` (an async function's body, ``args`` as ``args``) in the page; a rejection raises."""
     script = (
@@ -234,7 +213,7 @@ def run(args: argparse.Namespace) -> dict:
             plan = json.loads(response.read())
         files = {a["file"]: a["size_bytes"] for a in plan["artifacts"].values()}
         result["plan"] = {"plan_id": plan["plan_id"], "bytes": sum(files.values()), "files": sorted(files)}
-        driver = open_browser(profile)
+        driver = open_headless_chromium(profile)
         memory = TreeMemory(driver.service.process.pid)
         try:
             time.sleep(1)

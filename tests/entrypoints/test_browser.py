@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from vllm_omni.edge.audio import snr_db
+from vllm_omni.edge.testing.browser import open_headless_chromium
 from vllm_omni.entrypoints.browser_page import ISOLATION_HEADERS, WEB_DIR_ENV, BrowserPage, web_dir
 from vllm_omni.entrypoints.socket_auth import CODEC_SUBPROTOCOL
 
@@ -36,7 +37,6 @@ from .serving import KEY, as_recording, running_server
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 SCREENSHOT_ENV = "EDGE_BROWSER_SCREENSHOT"  # a path the page's screenshot is copied to as well
 PAGE_LOAD_S = 60  # the page, then its hook's `ready` (plan fetched and verified, the session created)
 SPEAK_S = 180  # one utterance: generation on the tiny talker plus decoding in WASM
@@ -170,29 +170,9 @@ def test_start_without_the_page_files_stops_in_one_line(talker_checkpoint, tmp_p
 @pytest.fixture(scope="module")
 def browser(server, tmp_path_factory: pytest.TempPathFactory):
     """Headless Chromium on the served page (``?api_key=KEY``), once its hook is ready."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    for path in (CHROMIUM, CHROMEDRIVER):
-        assert path.is_file(), f"{path} is missing: run `make setup-browser` (Debian's chromium, chromium-driver)"
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--autoplay-policy=no-user-gesture-required",  # the AudioWorklet plays without a click
-        "--window-size=1000,700",  # the screenshot in docs/serving/browser.md
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
-    ):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     log = tmp_path_factory.mktemp("chromedriver") / "chromedriver.log"
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER), log_output=str(log)), options=options)
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    driver = open_headless_chromium(profile, log_path=log, console_log=True)
     try:
         driver.set_page_load_timeout(PAGE_LOAD_S)
         driver.get(f"{server.url}/edge/browser/?api_key={urllib.parse.quote(KEY)}")

@@ -42,6 +42,7 @@ from vllm_omni.edge.stream import (
     record,
     unpack11,
 )
+from vllm_omni.edge.testing.streams import mutate
 
 TINY = StreamStart(num_quantizers=2, codebook_size=2048, frame_rate=12.5, sample_rate=24000, max_frames_per_message=4)
 
@@ -208,25 +209,6 @@ def parse_all(data: bytes) -> str:
     except CodecStreamError as exc:
         return type(exc).__name__
     return "complete"
-
-
-def mutate(data: bytes, rng: random.Random) -> bytes:
-    buffer = bytearray(data)
-    for _ in range(rng.randint(1, 4)):
-        action = rng.randrange(5)
-        position = rng.randrange(len(buffer) + 1)
-        if action == 0 and buffer:
-            buffer[min(position, len(buffer) - 1)] = rng.randrange(256)
-        elif action == 1:
-            buffer = buffer[:position]
-        elif action == 2:
-            buffer[position:position] = rng.randbytes(rng.randint(1, 16))
-        elif action == 3 and buffer:
-            del buffer[position : position + rng.randint(1, 8)]
-        else:
-            start = rng.randrange(len(buffer) + 1)
-            buffer[position:position] = buffer[start : start + rng.randint(1, 24)]
-    return bytes(buffer)
 
 
 def run_fuzz(count: int, seed: int = 0) -> Counter:

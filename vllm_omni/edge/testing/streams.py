@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import numpy as np
@@ -44,3 +45,24 @@ def segment_messages(
 def recording(items: list[tuple[bytes, bytes]]) -> bytes:
     """``items`` as a recorded byte stream (magic, then each message framed)."""
     return RECORDING_MAGIC + b"".join(record(kind, payload) for kind, payload in items)
+
+
+def mutate(data: bytes, rng: random.Random) -> bytes:
+    """``data`` with 1-4 random edits (a byte changed, a cut, random bytes inserted, bytes deleted, a piece
+    repeated): what the parsers' fuzzers feed them."""
+    buffer = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        action = rng.randrange(5)
+        position = rng.randrange(len(buffer) + 1)
+        if action == 0 and buffer:
+            buffer[min(position, len(buffer) - 1)] = rng.randrange(256)
+        elif action == 1:
+            buffer = buffer[:position]
+        elif action == 2:
+            buffer[position:position] = rng.randbytes(rng.randint(1, 16))
+        elif action == 3 and buffer:
+            del buffer[position : position + rng.randint(1, 8)]
+        else:
+            start = rng.randrange(len(buffer) + 1)
+            buffer[position:position] = buffer[start : start + rng.randint(1, 24)]
+    return bytes(buffer)

@@ -1,0 +1,43 @@
+"""Debian's headless Chromium for the browser class's test and benchmark, driven by Selenium (the serving venv).
+
+``make setup-browser`` installs ``chromium`` and ``chromium-driver``. The flags keep a headless root
+process quiet on a closed network (no background connections, updates or sync) and let the page's
+AudioWorklet play without a click.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+WINDOW = (1000, 700)  # the screenshot in docs/serving/browser.md
+
+
+def open_headless_chromium(profile: Path, *, log_path: Path | None = None, console_log: bool = False) -> Any:
+    """A Selenium driver of headless Chromium with a fresh profile in ``profile``; ``log_path``: chromedriver's log."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: run `make setup-browser` (Debian's chromium, chromium-driver)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--autoplay-policy=no-user-gesture-required",  # the AudioWorklet plays without a click
+        f"--window-size={WINDOW[0]},{WINDOW[1]}",
+        f"--user-data-dir={profile}",
+    ):
+        options.add_argument(flag)
+    if console_log:
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = Service(str(CHROMEDRIVER), log_output=str(log_path)) if log_path else Service(str(CHROMEDRIVER))
+    return webdriver.Chrome(service=service, options=options)
