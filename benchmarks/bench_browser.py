@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -42,19 +41,13 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+from bench_serve import start_server
 
 from vllm_omni.edge.testing.browser import open_headless_chromium
 
 KEY = "bench-key"
 FRAMES_PER_MESSAGE = 4
-ENGINE_ARGS = ["--dtype", "float32", "--enforce-eager", "--block-size", "32", "--kv-cache-memory-bytes", str(64 << 20)]
 TEXT, VOICE = "Hello there, this is a benchmark of the page that decodes speech in the browser.", "Ryan"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def ensure_checkpoint(out: Path, geometry: str) -> Path:
@@ -69,28 +62,18 @@ def ensure_checkpoint(out: Path, geometry: str) -> Path:
 @contextlib.contextmanager
 def serving(checkpoint: Path, artifacts: Path, log: Path, max_model_len: int, start_timeout: float):
     """``vllm serve`` on a free loopback port behind :data:`KEY`, once ``/health`` answers: its URL."""
-    port = free_port()
-    command = [str(Path(sys.executable).parent / "vllm"), "serve", str(checkpoint), "--omni"]
-    command += ["--edge-hardware", "browser,cpu_x86_64", "--edge-artifacts", str(artifacts)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--api-key", KEY, *ENGINE_ARGS]
-    command += ["--max-model-len", str(max_model_len)]
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
     started = time.monotonic()
+    process, url = start_server(
+        checkpoint,
+        artifacts,
+        log,
+        ("--api-key", KEY),
+        hardware="browser,cpu_x86_64",
+        max_model_len=max_model_len,
+        kv_cache=str(64 << 20),
+        start_timeout=start_timeout,
+    )
     try:
-        while True:
-            if process.poll() is not None:
-                raise SystemExit(f"the server exited with {process.returncode}; see {log}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() - started > start_timeout:
-                raise SystemExit(f"the server did not come up in {start_timeout:.0f} s; see {log}")
-            time.sleep(2)
         print(f"[bench] server up in {time.monotonic() - started:.0f} s (plans built or reused)", flush=True)
         yield url
     finally:

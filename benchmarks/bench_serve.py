@@ -45,19 +45,27 @@ def free_port() -> int:
 
 
 def start_server(
-    checkpoint: Path, artifacts: Path, log: Path, extra_args: tuple[str, ...] = ()
+    checkpoint: Path,
+    artifacts: Path,
+    log: Path,
+    extra_args: tuple[str, ...] = (),
+    *,
+    hardware: str = "cpu_x86_64",
+    max_model_len: int = 1024,
+    kv_cache: str = "256M",
+    start_timeout: float = 900,
 ) -> tuple[subprocess.Popen, str]:
     """``vllm serve`` on a free loopback port (``extra_args`` appended), once ``/health`` answers."""
     port = free_port()
     command = [str(Path(sys.executable).parent / "vllm"), "serve", str(checkpoint), "--omni"]
-    command += ["--edge-hardware", "cpu_x86_64", "--edge-artifacts", str(artifacts), "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024"]
-    command += ["--block-size", "32", "--kv-cache-memory-bytes", "256M"]  # docs/serving/serve.md: CPU memory
+    command += ["--edge-hardware", hardware, "--edge-artifacts", str(artifacts), "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", str(max_model_len)]
+    command += ["--block-size", "32", "--kv-cache-memory-bytes", kv_cache]  # docs/serving/serve.md: CPU memory
     command += list(extra_args)
     with open(log, "wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 900
+    deadline = time.monotonic() + start_timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise SystemExit(f"the server exited:\n{log.read_text()[-3000:]}")
@@ -67,7 +75,7 @@ def start_server(
         except OSError:
             time.sleep(2)
     process.kill()
-    raise SystemExit("the server did not start in 900 s")
+    raise SystemExit(f"the server did not start in {start_timeout:.0f} s; see {log}")
 
 
 class CountingReader(io.RawIOBase):
