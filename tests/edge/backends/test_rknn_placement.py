@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -133,17 +134,26 @@ def step_graph(small_decoder, tmp_path_factory):
     return export_checked_step(small_decoder, 4, path, graph_layout="time_on_height")
 
 
-def test_an_op_off_the_npu_beyond_the_allow_list_fails_the_conversion_unless_allowed(step_graph, tmp_path, monkeypatch):
+def converter_with_placement(placement: dict, step_graph: Path, tmp_path: Path, monkeypatch) -> Path:
+    """The converter with ``build_engine`` reporting ``placement`` and a passing simulator check (no toolkit);
+    returns a copy of the step graph in ``tmp_path`` to convert."""
     from vllm_omni.edge.builders import rknn_convert
-    from vllm_omni.edge.plan import ExecPlan
 
-    placement = vars(parse_placement(BUILD_LOG, "rk3588"))
     check = {"passed": True, "verdict": "fake", "frames": 80, "steps": [4] * 20, "per_step_snr_db": [60.0] * 20}
     check |= {"min_step_snr_db": 60.0, "mean_step_snr_db": 60.0, "snr_db_vs_onnxruntime": 60.0}
     monkeypatch.setattr(rknn_convert, "build_engine", fake_build(placement))
     monkeypatch.setattr(rknn_convert, "simulator_check", lambda *_: check)
     graph = tmp_path / "step_b4.onnx"
     graph.write_bytes(step_graph.read_bytes())
+    return graph
+
+
+def test_an_op_off_the_npu_beyond_the_allow_list_fails_the_conversion_unless_allowed(step_graph, tmp_path, monkeypatch):
+    from vllm_omni.edge.builders import rknn_convert
+    from vllm_omni.edge.plan import ExecPlan
+
+    placement = vars(parse_placement(BUILD_LOG, "rk3588"))
+    graph = converter_with_placement(placement, step_graph, tmp_path, monkeypatch)
     request = rknn_convert.ConvertRequest(output=tmp_path / "step_b4.rknn", onnx=graph)
     with pytest.raises(rknn_convert.CpuOpsError) as caught:
         rknn_convert.compile_and_check(request, {"main": graph}, None)
@@ -170,14 +180,9 @@ def test_a_clean_placement_passes_and_is_recorded_in_the_plan(step_graph, tmp_pa
         line for line in LAYER_TABLE.splitlines() if not any(op in line for op in ("Einsum", "Transpose"))
     )
     placement = vars(parse_placement(clean, "rk3588"))
-    check = {"passed": True, "verdict": "fake", "frames": 80, "steps": [4] * 20, "per_step_snr_db": [60.0] * 20}
-    check |= {"min_step_snr_db": 60.0, "mean_step_snr_db": 60.0, "snr_db_vs_onnxruntime": 60.0}
-    monkeypatch.setattr(rknn_convert, "build_engine", fake_build(placement))
-    monkeypatch.setattr(rknn_convert, "simulator_check", lambda *_: check)
-    graph = tmp_path / "step_b4.onnx"
-    graph.write_bytes(step_graph.read_bytes())
-    rknn_convert.compile_and_check(rknn_convert.ConvertRequest(output=tmp_path / "step_b4.rknn", onnx=graph),
-                                   {"main": graph}, None)  # fmt: skip
+    graph = converter_with_placement(placement, step_graph, tmp_path, monkeypatch)
+    request = rknn_convert.ConvertRequest(output=tmp_path / "step_b4.rknn", onnx=graph)
+    rknn_convert.compile_and_check(request, {"main": graph}, None)
     build = ExecPlan.load(tmp_path).build
     assert set(build["placement"]["main"]["cpu_ops"]) == {"Reshape", "Split", "Gather", "Sin"}
     assert build["placement"]["main"]["no_lowering"] == [] and build["cpu_ops_allowed"] is False

@@ -79,11 +79,11 @@ def profile_delegation(path: Path, ops: dict[str, dict[str, Any]], sizes: dict[s
     """Each step method's delegation report with the time of its outside operators, profiled in the runtime."""
     import torch
 
-    reports = {}
+    program, reports = load_program(path), {}  # read for the contracts only: no step method is loaded
     for frames in sorted(set(sizes.values())):
         method = step_method(frames)
         report = DelegationReport.from_json(ops[method]["delegation"])
-        shapes = step_contract_of(load_program(path), method, str(path)).input_shapes()  # no method loaded
+        shapes = step_contract_of(program, method, str(path)).input_shapes()
         inputs = [torch.zeros(shapes["audio_codes"], dtype=torch.int64)]
         inputs += [torch.zeros(shapes[name]) for name in ("freqs_in", "cache_valid", "cache_in")]
         report = report.with_profile(*profile_outside_time(path, method, inputs))
