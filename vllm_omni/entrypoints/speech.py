@@ -18,7 +18,7 @@ import math
 import os
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from vllm_omni.model_executor.models.qwen3_tts.engine_ids import decode_residual
 from vllm_omni.model_executor.models.qwen3_tts.engine_settings import talker_engine_args
 from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import (
     PromptBuilder,
+    SpeechPrompt,
     SpeechRequestError,
     VoiceClonePrompt,
 )
@@ -54,7 +55,7 @@ SAMPLING_FIELDS = (
 class SpeechRequest:
     """One utterance. ``None`` fields take the checkpoint's generation defaults."""
 
-    text: str
+    text: str | None  # None: the text arrives in pieces (AsyncCodecFrameGenerator.stream_text)
     speaker: str | None = None
     language: str | None = None  # a language name or "Auto"
     instruct: str | None = None
@@ -185,9 +186,6 @@ class _SpeechFrontend:
         return self._voice_encoders
 
     def build_request(self, request: SpeechRequest, request_key: str | None = None) -> EngineRequest:
-        from vllm import SamplingParams
-        from vllm.exceptions import VLLMClientError
-
         prompt = self.prompts.build(
             request.text,
             request.speaker,
@@ -196,6 +194,15 @@ class _SpeechFrontend:
             request.non_streaming_mode,
             voice=self.voice_prompt(request),
         )
+        return self.engine_request(request, prompt, request_key)
+
+    def engine_request(
+        self, request: SpeechRequest, prompt: SpeechPrompt, request_key: str | None = None, *, text_open: bool = False
+    ) -> EngineRequest:
+        """``request`` with its ``prompt`` as vLLM inputs (``text_open``: the first chunk of a text stream)."""
+        from vllm import SamplingParams
+        from vllm.exceptions import VLLMClientError
+
         d = self.defaults
         room = self.max_model_len - len(prompt.prompt_ids) - 1
         # Unset: the checkpoint's max_new_tokens (N talker steps give N - 1 frames), within the engine's room.
@@ -217,6 +224,7 @@ class _SpeechFrontend:
             spec = TalkerRequestSpec(
                 request_key=request_key or uuid.uuid4().hex,
                 trailing_text_ids=tuple(prompt.trailing_text_ids),
+                text_open=text_open,
                 repetition_penalty=float(pick(request.repetition_penalty, "repetition_penalty")),
                 min_new_tokens=MIN_NEW_TOKENS,
                 subtalker_greedy=sub_greedy,
@@ -379,6 +387,25 @@ class AsyncCodecFrameGenerator(_SpeechFrontend):
             frames = assembler.feed(completion.token_ids, completion.logprobs)
             if frames:
                 yield np.asarray(frames, dtype=np.int64).reshape(-1, groups)
+
+    def stream_text(
+        self,
+        request: SpeechRequest,
+        pieces: AsyncIterable[str],
+        request_id: str | None = None,
+        text_timeout_s: float | None = None,
+    ) -> AsyncIterator[np.ndarray]:
+        """:meth:`stream` for text that arrives while it is spoken: ``request.text`` is None and ``pieces`` (an async
+        iterable of ``str``; its end is the end of the text) feed one running request in the streamed-text layout.
+
+        Yields ``int64[n, 16]`` arrays of new frames as :meth:`stream` does; greedy frames equal the whole text's
+        (``non_streaming_mode=False``) whatever the arrival schedule: a step whose text has not arrived is held
+        (:mod:`.streamed_text`). A text error (a non-string piece, an empty text, ``text_timeout_s`` seconds
+        without text while the talker waits) is raised here. Closing the iterator aborts the request.
+        """
+        from .streamed_text import stream_text
+
+        return stream_text(self, request, pieces, request_id or uuid.uuid4().hex, text_timeout_s)
 
     def shutdown(self) -> None:
         self.engine.shutdown()

@@ -318,6 +318,9 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         text_ids = []
         for _, state, step in generated:
             trailing = state.spec.trailing_text_ids
+            if step >= len(trailing) and state.spec.text_open and state.failure is None:
+                # Its chunk's max_tokens stops a text stream before a step whose text is unknown: never a pad here.
+                state.failure = f"talker request {state.spec.request_key}: step {step} ran before its text arrived"
             text_ids.append(trailing[step] if step < len(trailing) else self.tts_pad_token_id)
         text = torch.tensor(text_ids, dtype=torch.long, device=codes.device)
         summed = self.model.codec_embedding(codes[:, 0]) + self.code_predictor.residual_embeddings(codes[:, 1:])

@@ -31,6 +31,12 @@ from typing import Any
 from .configuration_qwen3_tts import Qwen3TTSConfig
 from .engine_ids import SPEAKER_SLOT, VOICE_SLOTS, encode_prompt_id, encode_voice_id
 
+# The official text prompt: ROLE + text + END, tokenized whole; ids[:ROLE_TOKENS] are the role, ids[ROLE_TOKENS:-5]
+# the text (-5: END's tokens).
+ROLE = "<|im_start|>assistant\n"
+END = "<|im_end|>\n<|im_start|>assistant\n"
+ROLE_TOKENS = 3
+
 
 class SpeechRequestError(ValueError):
     """A speech request that cannot be served; the message says what is allowed."""
@@ -117,6 +123,11 @@ class PromptBuilder:
             raise SpeechRequestError(f"unknown speaker {speaker!r}; this checkpoint's speakers: {', '.join(known)}")
         return self.talker.spk_id[speaker.lower()]
 
+    def split_text(self, text: str) -> tuple[list[int], list[int]]:
+        """The role's and the text's token ids, as the official prompt tokenizes ``ROLE + text + END``."""
+        ids = self._ids(f"{ROLE}{text}{END}")
+        return ids[:ROLE_TOKENS], ids[ROLE_TOKENS:-5]
+
     def build(
         self,
         text: str,
@@ -130,21 +141,48 @@ class PromptBuilder:
         (text given whole for CustomVoice/VoiceDesign, streamed for Base's ``generate_voice_clone``)."""
         if not isinstance(text, str) or not text.strip():
             raise SpeechRequestError("the text to speak is empty")
+        prompt = self.assemble(*self.split_text(text), speaker, language, instruct, non_streaming_mode, voice)
+        assert prompt is not None  # whole text: always complete
+        return prompt
+
+    def check_voice_fields(self, speaker: str | None, instruct: str | None, voice: VoiceClonePrompt | None) -> None:
+        """Refuse a speaker, instruction or cloned voice this checkpoint cannot take (before any text is known)."""
+        if self.model_type == "voice_design" and not instruct:
+            raise SpeechRequestError("a VoiceDesign checkpoint needs `instruct`, the description of the voice")
+        self.speaker_id(speaker)
+        self._check_voice(voice, instruct)
+
+    def assemble(
+        self,
+        role: list[int],
+        text_ids: list[int],
+        speaker: str | None = None,
+        language: str | None = None,
+        instruct: str | None = None,
+        non_streaming_mode: bool | None = None,
+        voice: VoiceClonePrompt | None = None,
+        complete: bool = True,
+    ) -> SpeechPrompt | None:
+        """The prompt of tokenized text (:meth:`split_text`). ``complete`` False: ``text_ids`` is the start of a
+        text still arriving (the streamed layout only); its ``trailing_text_ids`` are those known so far (no
+        ``tts_eos`` yet), and None is returned while too little text is known for the prompt (the first text
+        token; in context, enough to fill the reference frames' positions)."""
         if self.model_type == "voice_design" and not instruct:
             raise SpeechRequestError("a VoiceDesign checkpoint needs `instruct`, the description of the voice")
         speaker_id = self.speaker_id(speaker)
         self._check_voice(voice, instruct)
         if non_streaming_mode is None:
             non_streaming_mode = self.model_type != "base"
+        if not complete and non_streaming_mode:
+            raise SpeechRequestError("text that is still arriving is spoken in the streamed-text layout only")
         language_id = self.language_id(language, speaker)
         size = self.config.tts_model_size
         if size and size in "0b6":  # the official wrapper drops the instruction for 0.6B models
             instruct = None
-
-        ids = self._ids(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")
-        role, text_ids = ids[:3], ids[3:-5]
-        if not text_ids:
+        if complete and not text_ids:
             raise SpeechRequestError("the text to speak is empty after tokenization")
+        if not text_ids:
+            return None
         talker, cfg = self.talker, self.config
         prompt: list[int] = []
         if instruct:
@@ -162,9 +200,13 @@ class PromptBuilder:
         for index, codec_id in enumerate(codec[:-1]):
             text_id = cfg.tts_pad_token_id if index < len(codec) - 2 else cfg.tts_bos_token_id
             prompt.append(self._voice(text_id, SPEAKER_SLOT) if codec_id is None else self._pair(text_id, codec_id))
+        end = [cfg.tts_eos_token_id] if complete else []
         if voice is not None and not voice.x_vector_only:
             reference = self._ids(f"<|im_start|>assistant\n{voice.reference_text}<|im_end|>\n")[3:-2]
-            body, trailing = self._in_context(reference + text_ids + [cfg.tts_eos_token_id], voice, non_streaming_mode)
+            text = reference + text_ids + end
+            if not complete and len(text) < len(voice.reference_codes or ()) + 1:
+                return None  # the prompt pairs each reference frame with a text token: wait for them
+            body, trailing = self._in_context(text, voice, non_streaming_mode)
             prompt += body
         elif non_streaming_mode:
             prompt += [self._pair(t, talker.codec_pad_id) for t in text_ids]
@@ -175,7 +217,7 @@ class PromptBuilder:
             trailing = []
         else:
             prompt.append(self._pair(text_ids[0], talker.codec_bos_id))
-            trailing = [*text_ids[1:], cfg.tts_eos_token_id]
+            trailing = [*text_ids[1:], *end]
         if self.max_prompt_positions is not None and len(prompt) > self.max_prompt_positions:
             raise SpeechRequestError(
                 f"the prompt takes {len(prompt)} positions, more than the {self.max_prompt_positions} this engine "

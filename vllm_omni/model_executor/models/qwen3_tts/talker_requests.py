@@ -27,18 +27,21 @@ it resumes, within :data:`MAX_PARKED_BYTES` and :data:`MAX_PARKED_SECONDS` (olde
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 import sys
 import time
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
 
 from .engine_ids import VOICE_SLOTS
 from .residual_sampler import ResidualSampling
+
+logger = logging.getLogger(__name__)
 
 EXTRA_ARGS_KEY = "qwen3_tts"
 LOGITS_PROCESSOR = "vllm_omni.model_executor.models.qwen3_tts.talker_requests:Qwen3TTSLogitsProcessor"
@@ -53,6 +56,12 @@ class TalkerRequestSpec:
 
     request_key: str
     trailing_text_ids: tuple[int, ...]  # streamed text: one text id per frame, then pad
+    # Text still arriving (a streaming-input session, ``speech.stream_text``): trailing_text_ids are the ids known
+    # so far, each chunk of the session names more; the request pauses between chunks and is never finished by
+    # its chunk's max_tokens. ``tokens_before``: the codebook-0 tokens the session sampled before this chunk (the
+    # last of them, which vLLM drops when a chunk ends, is this chunk's one prompt token).
+    text_open: bool = False
+    tokens_before: int = 0
     repetition_penalty: float = 1.05
     min_new_tokens: int = 2
     subtalker_greedy: bool = True
@@ -119,6 +128,10 @@ class TalkerRequestSpec:
             raise ValueError(f"malformed talker request spec in extra_args[{EXTRA_ARGS_KEY!r}]: {error}") from None
         if not spec.request_key:
             raise ValueError("talker request spec: request_key must be a non-empty string")
+        if not isinstance(spec.text_open, bool) or not (
+            isinstance(spec.tokens_before, int) and not isinstance(spec.tokens_before, bool) and spec.tokens_before >= 0
+        ):
+            raise ValueError("talker request spec: text_open must be a bool and tokens_before an integer >= 0")
         spec.check_voice_values()
         if not (math.isfinite(spec.repetition_penalty) and spec.repetition_penalty > 0):
             raise ValueError(f"repetition_penalty must be a finite number > 0, got {spec.repetition_penalty}")
@@ -149,10 +162,28 @@ class TalkerRequestState:
     history: torch.Tensor | None = None  # its row of RowTables.history while parked
     parked_at: float | None = None
     voice_table: torch.Tensor | None = None  # [1 + reference frames, hidden]: its voice vectors, made once
+    failure: str | None = None  # why this request cannot go on: it is ended with EOS at its next sampling
 
     def __post_init__(self) -> None:
         # Distinct from the codebook-0 stream vLLM seeds with `seed`; 62 bits keep the int64 hash positive.
         self.seed = ((self.spec.seed + 1) if self.spec.seed is not None else secrets.randbits(62)) & ((1 << 62) - 1)
+
+    def continue_with(self, spec: TalkerRequestSpec, max_tokens: int | None) -> None:
+        """The next chunk of a text stream: its spec may only add text (and close it) to this one's."""
+        old = self.spec
+        known = old.trailing_text_ids
+        if (
+            not old.text_open
+            or spec.trailing_text_ids[: len(known)] != known
+            or spec.tokens_before != len(self.frames) + 1
+            or replace(spec, trailing_text_ids=known, text_open=True, tokens_before=0) != replace(old, tokens_before=0)
+        ):
+            self.failure = (
+                f"talker request {spec.request_key}: a chunk of its text stream does not continue it (only more "
+                "text may follow, at the frame where the last chunk stopped); the request ends here"
+            )
+            return
+        self.spec, self.max_tokens = spec, max_tokens
 
     def park(self) -> None:
         """Out of the batch, maybe for long: own copies of what were rows of shared step tensors (so a parked
@@ -273,11 +304,18 @@ class TalkerBatch:
         state = self._states.get(spec.request_key)
         if state is None:
             state = TalkerRequestState(spec, len(prompt_ids or ()), params.max_tokens, output_ids)
+            if spec.tokens_before:  # a later chunk of a text stream whose state is gone (dropped while paused)
+                state.failure = (
+                    f"talker request {spec.request_key}: its state was dropped while it waited for text "
+                    f"({spec.tokens_before} tokens made); the request ends here"
+                )
             self._states[spec.request_key] = state
         else:
-            state.output_token_ids = output_ids  # resumed after preemption
+            state.output_token_ids = output_ids  # resumed after preemption, or the next chunk of a text stream
             state.parked_at = None
             self._parked.pop(spec.request_key, None)
+            if spec != state.spec:
+                state.continue_with(spec, params.max_tokens)
         self.rows[index] = state
         if self.tables is not None:
             self.tables.load(index, state)
@@ -288,7 +326,7 @@ class TalkerBatch:
             return
         outputs = state.output_token_ids
         finished = (outputs and outputs[-1] == self.eos_token_id) or (
-            state.max_tokens is not None and len(outputs) >= state.max_tokens
+            not state.spec.text_open and state.max_tokens is not None and len(outputs) >= state.max_tokens
         )
         key = state.spec.request_key
         if finished:
@@ -376,7 +414,13 @@ class Qwen3TTSLogitsProcessor(_logits_processor_base()):
             TALKER_BATCH.move(a, b, direction == MoveDirectionality.SWAP)
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        return apply_codebook0_rules(logits, TALKER_BATCH.tables, self.codec_vocab, self.eos)
+        logits = apply_codebook0_rules(logits, TALKER_BATCH.tables, self.codec_vocab, self.eos)
+        for row, state in TALKER_BATCH.rows.items():
+            if state.failure is not None and row < logits.shape[0]:  # end it: the others go on
+                logger.error("%s", state.failure)
+                logits[row] = float("-inf")
+                logits[row, self.eos] = 0.0
+        return logits
 
 
 def apply_codebook0_rules(logits: torch.Tensor, tables: RowTables | None, codec_vocab: int, eos: int) -> torch.Tensor:
