@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any, NoReturn
 
 import numpy as np
@@ -25,6 +26,10 @@ CLOSE_NOT_READY = 4503
 SLACK_S = 0.05  # how early a deadline may wake the socket's wait
 CLOSE_SEND_S = 5.0  # the done and close frames wait this long for a client that does not read
 MAX_REASON_BYTES = 123  # RFC 6455: a close reason fits in 123 bytes of UTF-8
+# "sentence": each sentence its own talker request and segment; "stream": every piece into one running request.
+TEXT_MODES = ("sentence", "stream")
+DEFAULT_TEXT_MODE = "sentence"  # today's clients keep what they had; docs/serving/serve.md says why
+FLUSH_AFTER_S = 0.08  # stream mode: frames held for a full message leave after one frame's time without more
 
 
 def close_reason(message: str) -> str:
@@ -97,6 +102,10 @@ class SpeechSocket:
         self.speaker: asyncio.Task | None = None
         self.encoder = None  # the stream's CodecStreamEncoder, once the start message is out
         self.started = time.monotonic()
+        self.text_mode = DEFAULT_TEXT_MODE
+        self.pieces: asyncio.Queue[str | None] = asyncio.Queue()  # stream mode: the client's text, then None
+        self.streamed_chars = 0
+        self.last_sent = 0.0  # when the last frames message left
 
     async def close(self, code: int, message: str) -> NoReturn:
         """Close with ``message`` as the reason; a stream that started hears the whole message in its done.
@@ -143,7 +152,18 @@ class SpeechSocket:
             return
         if start["type"] != "start":
             await self.close(CLOSE_BAD_MESSAGE, f"the first message must be type 'start', got {start['type']!r}")
-        fields = {k: v for k, v in start.items() if k != "type"}
+        fields = {k: v for k, v in start.items() if k not in ("type", "text_mode")}
+        self.text_mode = start.get("text_mode", DEFAULT_TEXT_MODE)
+        if self.text_mode not in TEXT_MODES:
+            await self.close(
+                CLOSE_BAD_MESSAGE, f"start: text_mode must be one of {', '.join(TEXT_MODES)}, got {self.text_mode!r}"
+            )
+        if self.text_mode == "stream" and fields.get("non_streaming_mode"):
+            await self.close(
+                CLOSE_BAD_MESSAGE,
+                "start: text_mode 'stream' speaks in the streamed-text layout: drop non_streaming_mode "
+                "(or use text_mode 'sentence')",
+            )
         try:
             body = self.speech_body.model_validate({"input": "", **fields, "response_format": "codec"})
             check_body(body, limits, self.edge.served_models, self.edge.generator.config.tts_model_type)
@@ -164,9 +184,14 @@ class SpeechSocket:
         except SpeechRequestError as error:
             await self.close(CLOSE_BAD_MESSAGE, str(error))
         segmenter = TextSegmenter(limits.max_input_chars)
-        if body.input:
-            await self.queue([*segmenter.add(body.input), segmenter.flush()])
-        speaker = self.speaker = asyncio.create_task(self.speak(body, template, plan))
+        if self.text_mode == "stream":
+            if body.input:
+                await self.queue_piece(body.input)
+            speaker = self.speaker = asyncio.create_task(self.speak_stream(body, template, plan))
+        else:
+            if body.input:
+                await self.queue([*segmenter.add(body.input), segmenter.flush()])
+            speaker = self.speaker = asyncio.create_task(self.speak(body, template, plan))
         try:
             await self.listen(speaker, segmenter)
         finally:
@@ -188,6 +213,23 @@ class SpeechSocket:
                 )
             self.segments.put_nowait(segment)
 
+    async def queue_piece(self, text: str) -> None:
+        """Stream mode: a piece of the one utterance; its whole text is bounded by ``socket_max_queued_chars``."""
+        limit = self.edge.limits.socket_max_queued_chars
+        self.streamed_chars += len(text)
+        if self.streamed_chars > limit:
+            await self.close(
+                CLOSE_TOO_MUCH_QUEUED,
+                f"the utterance's text is {self.streamed_chars} characters; one streamed utterance takes at most "
+                f"{limit}: end it and start another session",
+            )
+        self.pieces.put_nowait(text)
+
+    async def text_pieces(self) -> AsyncIterator[str]:
+        """Stream mode: the client's pieces as they come, until ``end``."""
+        while (piece := await self.pieces.get()) is not None:
+            yield piece
+
     async def listen(self, speaker: asyncio.Task, segmenter: TextSegmenter) -> None:
         """Client messages until the speaker is done: text is segmented and queued, ``cancel`` stops the speech
         now; the session's deadlines hold throughout, after ``end`` too."""
@@ -198,7 +240,7 @@ class SpeechSocket:
             while not speaker.done():
                 receive = receive or asyncio.create_task(self.socket.receive())
                 now = time.monotonic()
-                idle_left = limits.socket_idle_s - (now - last_message)
+                idle_left = limits.socket_idle_s - (now - self.last_activity(last_message))
                 total_left = limits.socket_max_s - (now - self.started)
                 done, _ = await asyncio.wait(
                     {receive, speaker}, timeout=max(0.0, min(idle_left, total_left)), return_when="FIRST_COMPLETED"
@@ -209,7 +251,7 @@ class SpeechSocket:
                     now = time.monotonic()
                     if now - self.started >= limits.socket_max_s - SLACK_S:
                         await self.close(CLOSE_TIMEOUT, f"the session is over its {limits.socket_max_s:g} s limit")
-                    if now - last_message >= limits.socket_idle_s - SLACK_S:
+                    if now - self.last_activity(last_message) >= limits.socket_idle_s - SLACK_S:
                         if not self.speaking and self.segments.empty():
                             await self.close(
                                 CLOSE_TIMEOUT, f"idle for {limits.socket_idle_s:g} s: send text, flush, end or cancel"
@@ -223,6 +265,15 @@ class SpeechSocket:
         finally:
             if receive is not None and not receive.done():
                 receive.cancel()
+
+    def last_activity(self, last_message: float) -> float:
+        """When the session last showed life: a client message, or (stream mode, before ``end``) frames sent. A
+        streamed utterance whose talker waits for text that does not come is idle; after ``end`` it only speaks."""
+        if self.text_mode != "stream":
+            return last_message
+        if self.ended:
+            return time.monotonic()
+        return max(last_message, self.last_sent)
 
     async def handle(self, message: dict, speaker: asyncio.Task, segmenter: TextSegmenter) -> bool:
         """One client message; True when the session is over."""
@@ -248,14 +299,21 @@ class SpeechSocket:
                 check_text("text", text, limit, "speech-max-input-chars")
             except SpeechApiError as error:
                 await self.close(CLOSE_TOO_MUCH_QUEUED if len(text) > limit else CLOSE_BAD_MESSAGE, str(error))
-            await self.queue(segmenter.add(text))
+            if self.text_mode == "stream":
+                await self.queue_piece(text)
+            else:
+                await self.queue(segmenter.add(text))
             return False
-        if kind == "flush":
-            await self.queue([segmenter.flush()])
+        if kind == "flush":  # stream mode: every word is spoken once the next piece shows where it ends
+            if self.text_mode != "stream":
+                await self.queue([segmenter.flush()])
             return False
         if kind == "end":
-            await self.queue([segmenter.flush()])
-            self.segments.put_nowait(None)
+            if self.text_mode == "stream":
+                self.pieces.put_nowait(None)
+            else:
+                await self.queue([segmenter.flush()])
+                self.segments.put_nowait(None)
             self.ended = True
             return False
         await self.close(CLOSE_BAD_MESSAGE, f"unexpected message type {kind!r} (text, flush, end or cancel)")
@@ -275,37 +333,72 @@ class SpeechSocket:
         except (WebSocketDisconnect, OSError, RuntimeError):  # the client left (or the socket is closing)
             raise SocketClosed from None
 
-    async def speak(self, body, template, plan) -> None:
-        """Segments in order: each sentence through the talker, frames out as they are made."""
+    async def start_stream(self, plan) -> Any:
+        """The wire protocol's start message, sent; the stream's encoder."""
         from vllm_omni.edge.stream import StreamStart
         from vllm_omni.edge.stream.encoder import CodecStreamEncoder
-        from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
-
-        from .speech_streams import frame_batches, public_error
 
         encoder = CodecStreamEncoder(StreamStart.for_plan(plan, stream_id=f"speech-{uuid.uuid4().hex}"))
         await self.send_text(encoder.start().decode())
         self.encoder = encoder
+        return encoder
+
+    async def finish_stream(self, encoder: Any, plan: Any) -> NoReturn:
+        """End of stream, done, close 1000."""
         empty = np.zeros((0, plan.codec.num_quantizers), dtype=np.int64)
-        try:
-            while (text := await self.segments.get()) is not None:
-                self.speaking = True
-                self.queued_chars -= len(text)
-                request_id = f"speech-{uuid.uuid4().hex}"
-                prepared = await self.edge.prepare(dataclasses.replace(template, text=text), request_id)
-                frames = self.edge.generator.stream_prepared(prepared, request_id)
-                async with contextlib.aclosing(frame_batches(frames, body.frames_per_message)) as batches:
-                    async for piece in batches:
-                        await self.send_bytes(encoder.frames(piece))
-                await self.send_bytes(encoder.frames(empty, segment_end=True))
-                self.speaking = False
-        except (asyncio.CancelledError, SocketClosed):
-            raise
-        except SpeechRequestError as error:  # a segment the checkpoint cannot speak (too long for the engine)
-            await self.close(CLOSE_BAD_MESSAGE, str(error))
-        except Exception as error:  # the done message says what went wrong
-            await self.close(1011, public_error(error))
         await self.send_bytes(encoder.frames(empty, end_of_stream=True))
         await self.send_text(encoder.done().decode())
         self.encoder = None
         await self.close(1000, "complete")
+
+    async def speak(self, body, template, plan) -> None:
+        """The codec stream of the session: start, the frames of its text (:meth:`speak_sentences` or
+        :meth:`speak_streamed`), end of stream, done; a request error closes with its message."""
+        from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
+
+        from .speech_streams import public_error
+
+        encoder = await self.start_stream(plan)
+        try:
+            if self.text_mode == "stream":
+                await self.speak_streamed(encoder, body, template)
+            else:
+                await self.speak_sentences(encoder, body, template, plan)
+        except (asyncio.CancelledError, SocketClosed):
+            raise
+        except SpeechRequestError as error:  # text the checkpoint cannot speak (too long for the engine, empty)
+            await self.close(CLOSE_BAD_MESSAGE, str(error))
+        except Exception as error:  # the done message says what went wrong
+            await self.close(1011, public_error(error))
+        await self.finish_stream(encoder, plan)
+
+    async def speak_sentences(self, encoder, body, template, plan) -> None:
+        """Sentence mode: each sentence through the talker as its own request, each a segment."""
+        from .speech_streams import frame_batches
+
+        empty = np.zeros((0, plan.codec.num_quantizers), dtype=np.int64)
+        while (text := await self.segments.get()) is not None:
+            self.speaking = True
+            self.queued_chars -= len(text)
+            request_id = f"speech-{uuid.uuid4().hex}"
+            prepared = await self.edge.prepare(dataclasses.replace(template, text=text), request_id)
+            frames = self.edge.generator.stream_prepared(prepared, request_id)
+            async with contextlib.aclosing(frame_batches(frames, body.frames_per_message)) as batches:
+                async for piece in batches:
+                    await self.send_bytes(encoder.frames(piece))
+            await self.send_bytes(encoder.frames(empty, segment_end=True))
+            self.speaking = False
+
+    async def speak_streamed(self, encoder, body, template) -> None:
+        """Stream mode: every piece into one talker request (``stream_text``), frames out as they are made: one
+        segment, no flush of the device's decoder in the middle."""
+        from .speech_streams import frame_batches
+
+        self.speaking = True
+        request_id = f"speech-{uuid.uuid4().hex}"
+        request = dataclasses.replace(template, text=None)
+        frames = self.edge.generator.stream_text(request, self.text_pieces(), request_id)
+        async with contextlib.aclosing(frame_batches(frames, body.frames_per_message, FLUSH_AFTER_S)) as batches:
+            async for piece in batches:
+                await self.send_bytes(encoder.frames(piece))
+                self.last_sent = time.monotonic()

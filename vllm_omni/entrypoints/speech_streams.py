@@ -7,6 +7,7 @@ work (decoding, encoding) runs on the state's bounded decode pool, never on the 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -19,36 +20,75 @@ import numpy as np
 logger = logging.getLogger("vllm.omni.speech")  # under vLLM's logger: its handlers and level apply
 
 
-async def frame_batches(frames: AsyncIterator[np.ndarray], per_message: int) -> AsyncIterator[np.ndarray]:
+async def frame_batches(
+    frames: AsyncIterator[np.ndarray], per_message: int, flush_after_s: float | None = None
+) -> AsyncIterator[np.ndarray]:
     """``frames`` (arrays of new frames, as the engine makes them) regrouped for the wire: the first frame
     leaves alone at once (first audio waits for nothing), then ``per_message`` frames at a time; the
-    remainder leaves when the utterance ends."""
-    async with contextlib.aclosing(frames):  # closing this closes the engine stream: its request is aborted
-        async for batch in _regroup(frames, per_message):
+    remainder leaves when the utterance ends, or (``flush_after_s``) when no frame came for that long: a talker
+    held for text sends what it has made instead of keeping it until the text comes."""
+    # Closing this closes the engine stream: its request is aborted.
+    async with (
+        contextlib.aclosing(frames),
+        contextlib.aclosing(_regroup(frames, per_message, flush_after_s)) as batches,
+    ):
+        async for batch in batches:
             yield batch
 
 
-async def _regroup(frames: AsyncIterator[np.ndarray], per_message: int) -> AsyncIterator[np.ndarray]:
+async def _next_or_idle(frames: AsyncIterator[np.ndarray], timeout: float | None) -> AsyncIterator[Any]:
+    """``frames`` again, with ``None`` yielded whenever ``timeout`` seconds pass without a new item (the wait for
+    the item goes on: it is never cancelled, so the engine stream is not disturbed)."""
+    pending: asyncio.Future | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(frames))
+            done, _ = await asyncio.wait({pending}, timeout=timeout)
+            if not done:
+                yield None
+                continue
+            try:
+                item = pending.result()
+            except StopAsyncIteration:
+                return
+            pending = None
+            yield item
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+
+
+async def _regroup(
+    frames: AsyncIterator[np.ndarray], per_message: int, flush_after_s: float | None
+) -> AsyncIterator[np.ndarray]:
     from vllm_omni.edge.stream import message_batches
 
     pending: list[np.ndarray] = []
     held = 0
     first = True
-    async for new in frames:
-        if first and len(new):
-            first = False
-            yield new[:1]
-            new = new[1:]
-        if len(new):
-            pending.append(new)
-            held += len(new)
-        if held >= per_message:
-            joined = np.concatenate(pending)
-            whole = held - held % per_message
-            for piece in message_batches(joined[:whole], per_message):
-                yield piece
-            pending = [joined[whole:]] if whole < held else []
-            held -= whole
+    async with contextlib.aclosing(_next_or_idle(frames, flush_after_s)) as items:
+        async for new in items:
+            if new is None:  # idle: what is held leaves now
+                if held:
+                    yield np.concatenate(pending)
+                    pending, held = [], 0
+                continue
+            if first and len(new):
+                first = False
+                yield new[:1]
+                new = new[1:]
+            if len(new):
+                pending.append(new)
+                held += len(new)
+            if held >= per_message:
+                joined = np.concatenate(pending)
+                whole = held - held % per_message
+                for piece in message_batches(joined[:whole], per_message):
+                    yield piece
+                pending = [joined[whole:]] if whole < held else []
+                held -= whole
     if held:
         yield np.concatenate(pending)
 

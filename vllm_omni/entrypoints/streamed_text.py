@@ -29,7 +29,7 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -37,16 +37,13 @@ from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechPromp
 from vllm_omni.model_executor.models.qwen3_tts.talker_requests import TalkerRequestSpec
 from vllm_omni.model_executor.models.qwen3_tts.text_stream import IncrementalTokenizer
 
-if TYPE_CHECKING:
-    from .speech import AsyncCodecFrameGenerator, SpeechRequest
-
 MAX_PIECE_CHARS = 1 << 16  # one piece at most (a server applies its own, smaller, limits first)
 
 
 class StreamedText:
     """Pieces of one utterance's text -> committed token ids, and the prompt and trailing text they allow."""
 
-    def __init__(self, generator: AsyncCodecFrameGenerator, request: SpeechRequest, voice: Any) -> None:
+    def __init__(self, generator: Any, request: Any, voice: Any) -> None:
         self.prompts = generator.prompts
         self.request, self.voice = request, voice
         self.tokens = IncrementalTokenizer(self.prompts.tokenizer)
@@ -110,13 +107,13 @@ class SessionProgress:
 
 
 async def stream_text(
-    generator: AsyncCodecFrameGenerator,
-    request: SpeechRequest,
+    generator: Any,
+    request: Any,
     pieces: AsyncIterable[str],
     request_id: str,
     text_timeout_s: float | None = None,
 ) -> AsyncIterator[np.ndarray]:
-    """See :meth:`AsyncCodecFrameGenerator.stream_text`."""
+    """See ``AsyncCodecFrameGenerator.stream_text`` (``generator``; ``request``: a ``SpeechRequest``)."""
     from vllm.engine.protocol import StreamingInput
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
@@ -201,7 +198,7 @@ async def stream_text(
         await asyncio.gather(reader, return_exceptions=True)
 
 
-def _first_params(generator: AsyncCodecFrameGenerator) -> Any:
+def _first_params(generator: Any) -> Any:
     """The session-level sampling parameters ``AsyncLLM.generate`` validates (each chunk brings its own)."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind

@@ -3,10 +3,14 @@
     python -m vllm_omni.edge.client --stream URL_OR_FILE --plan DIR_OR_URL [--out speech.wav] [--pcm-stdout]
     python -m vllm_omni.edge.client --server http://HOST:PORT --hardware CLASS --text "..." --voice Ryan \
         [--api-key KEY] --out speech.wav
+    some-llm ... | python -m vllm_omni.edge.client --server URL --hardware CLASS --text-stdin --voice Ryan --out a.wav
 
 With ``--server`` (a ``vllm serve --omni`` server) the client takes the plan of ``--hardware`` from
 the server (downloading or reusing its artifacts), sends the text as a speech request
-(``response_format: codec``) and decodes the stream it answers with, all locally.
+(``response_format: codec``) and decodes the stream it answers with, all locally. With ``--text-stdin`` the
+text is whatever arrives on standard input, sent piece by piece as it arrives into one utterance over the
+server's WebSocket (``"text_mode": "stream"``): speech starts after the first words, and audio plays as frames
+come (``vllm_omni.edge.client.text_socket``).
 
 ``--stream`` is an ``http(s)://`` URL (the server's stream: framed messages in the response
 body), a recorded stream file, or ``-`` for stdin. ``--plan`` is a plan directory or the URL of
@@ -41,6 +45,7 @@ import numpy as np
 from ..audio import WavWriter, float_to_pcm16
 from ..client import DEFAULT_CACHE_DIR, EdgeClient, fetch_plan, open_stream
 from ..client.server import open_speech_stream, plan_url, use_api_key
+from ..client.text_socket import open_text_stream
 from ..client.transport import NETWORK_TIMEOUT_S
 from ..errors import EdgeError
 from ..files import directory_problem
@@ -54,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--server", help="the server's base URL, e.g. http://127.0.0.1:8000")
     server.add_argument("--hardware", help="the hardware class whose plan this device runs")
     server.add_argument("--text", help="what to say")
+    server.add_argument(
+        "--text-stdin",
+        action="store_true",
+        help="say what arrives on standard input as it arrives (an LLM piped in): one utterance, spoken from its "
+        "first words, over the server's WebSocket (text_mode stream); it ends at end of input",
+    )
     server.add_argument("--voice", help="speaker (CustomVoice checkpoints)")
     server.add_argument("--language", help="language or Auto")
     server.add_argument("--instructions", help="style instruction, or the voice description (VoiceDesign)")
@@ -156,7 +167,9 @@ def _run(args: argparse.Namespace) -> int:
         else:
             plan = fetch_plan(args.plan, args.cache_dir, timeout=args.timeout)
         client = EdgeClient(plan, rknn_runtime=args.rknn_runtime, jitter_ms=args.jitter_ms)
-        if args.server:
+        if args.server and args.text_stdin:
+            stream = open_text_stream(args.server, _speech_body(args), sys.stdin.buffer, args.api_key, args.timeout)
+        elif args.server:
             stream = open_speech_stream(args.server, _speech_body(args), timeout=args.timeout)
         else:
             stream = open_stream(args.stream, timeout=args.timeout)
@@ -204,9 +217,11 @@ def _check_sources(args: argparse.Namespace) -> str | None:
     if args.server:
         if args.stream or args.plan:
             return "--server takes plan and stream from the server: drop --stream/--plan"
-        if not args.hardware or not args.text:
-            return "--server needs --hardware CLASS and --text"
+        if not args.hardware or bool(args.text) == bool(args.text_stdin):
+            return "--server needs --hardware CLASS and one of --text or --text-stdin"
         return None
+    if args.text_stdin:
+        return "--text-stdin speaks through a server: give --server URL --hardware CLASS"
     if not args.stream or not args.plan:
         return "give --stream and --plan (a recording or URL and its plan), or --server URL --hardware CLASS --text"
     return None
