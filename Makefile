@@ -3,7 +3,8 @@ PY := .venv/bin/python
 # Test modules that run in the serving venv (marked `vllm`; the rest of the suite needs .venv's packages).
 VLLM_TESTS := tests/entrypoints tests/model_executor/models/qwen3_tts/test_talker.py \
 	tests/model_executor/models/qwen3_tts/test_tokenizer_encoder.py tests/model_executor/models/qwen3_tts/test_speaker_encoder.py \
-	tests/model_executor/models/qwen3_tts/test_talker_gpu.py tests/examples
+	tests/model_executor/models/qwen3_tts/test_talker_gpu.py tests/model_executor/models/qwen3_tts/test_text_stream.py \
+	tests/examples
 
 .PHONY: setup setup-oracle setup-rknn setup-vllm setup-web setup-browser demo test test-vllm lint bench bench-stateful bench-talker bench-serve bench-serve-load bench-rknn bench-browser clean
 

@@ -38,3 +38,12 @@ def talker_generator(talker_checkpoint: Path):
     generator = CodecFrameGenerator(talker_checkpoint, **ENGINE)
     yield generator
     generator.shutdown()
+
+
+@pytest.fixture(scope="session")
+def base_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Base (voice cloning) checkpoint: tiny talker, released-geometry speech tokenizer (12.5 frames per second of
+    reference audio, as released) with its speaker encoder and tokenizer encoder; random weights."""
+    from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+
+    return write_checkpoint(tmp_path_factory.mktemp("base") / "ckpt", "released", 0, talker="tiny", talker_type="base")

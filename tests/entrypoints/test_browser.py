@@ -393,3 +393,38 @@ def test_hostile_and_cut_off_streams_show_an_error_and_the_page_works_on(browser
         assert pcm.size == reference.size and snr_db(reference, pcm) >= MIN_SNR_DB, (label, pcm.size, reference.size)
         assert_decodes_exactly(speak(browser, *UTTERANCES[1]), full_decode, f"speak after the {label} recording")
         assert "error" not in status_class(browser), label
+
+
+def test_stream_as_typed_is_one_segment_that_decodes_exactly(browser, full_decode):
+    """The page's "Stream as typed" box: typing opens a ``"text_mode": "stream"`` session, the text goes out in
+    pieces as it is typed (a typo fixed in the word being typed is never sent), Speak sends ``end``. Two sentences
+    come back as one segment (sentence mode would make two), and the page's audio is the full decode of its frames."""
+    from selenium.webdriver.common.keys import Keys
+
+    field, box = browser.find_element("id", "text"), browser.find_element("id", "stream-typed")
+    voice = browser.find_element("id", "voice").get_attribute("value")
+    assert voice, "the page chose no voice of the checkpoint's (a CustomVoice checkpoint has no default speaker)"
+    field.clear()  # the box is still off: clearing speaks nothing, and the utterance is what is typed next
+    assert not box.is_selected()
+    box.click()
+    try:
+        for key in [*"Hi there. How are yuo", *[Keys.BACKSPACE] * 2, *"ou?"]:
+            field.send_keys(key)
+            time.sleep(0.05)
+        speak_button = browser.find_element("id", "speak")
+        assert speak_button.is_enabled(), f"Speak is disabled while the text is typed: {status_text(browser)!r}"
+        speak_button.click()  # `end`
+        result = call(browser, "return await window.edgeTest.typedResult();", timeout=SPEAK_S)
+    finally:
+        box.click()  # off again for the tests after this one (an utterance still open would be ended)
+    assert isinstance(result, dict) and "thrown" not in result, f"typedResult threw: {result}\n{console(browser)}"
+    typed = "Hi there. How are you?"
+    assert field.get_attribute("value") == typed
+    assert "".join(result["textPieces"]) == typed and len(result["textPieces"]) >= 3, result["textPieces"]
+    snr = assert_decodes_exactly(result, full_decode, "streamed as typed")
+    frames = len(result["frames"])
+    assert result["doneReason"] == "complete" and result["resets"] == [], (result["doneReason"], result["resets"])
+    assert result["segmentEnds"] == [frames], f"not one segment: flushes at {result['segmentEnds']} of {frames}"
+    assert status_text(browser).startswith(f"Done (complete): {frames} frames")
+    print(f"streamed as typed: {result['textPieces']} -> {frames} frames, {result['framesAtEnd']} before end; "
+          f"{snr:.1f} dB; first audio {result['firstAudioSeconds']:.3f} s")  # fmt: skip

@@ -8,8 +8,6 @@ equal code for code; batching, preemption and seeds must not change frames.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +21,10 @@ from vllm_omni.entrypoints.speech import (
     SpeechRequestError,
 )
 
+from .oracle import run_oracle
+
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
-ORACLE_PYTHON = Path(".venv-oracle/bin/python")
-ORACLE_SCRIPT = Path("tools/oracle/qwen_tts_talker_oracle.py")
 FRAMES = 50
 
 PROMPTS = {
@@ -51,9 +49,6 @@ def run_official(
     repo_root: Path, checkpoint: Path, prompts: dict[str, SpeechRequest], frames: int, work: Path
 ) -> dict[str, np.ndarray]:
     """Greedy frames of the official qwen-tts talker (in .venv-oracle) for ``prompts``."""
-    python, script = repo_root / ORACLE_PYTHON, repo_root / ORACLE_SCRIPT
-    if not python.exists():
-        pytest.fail(f"the oracle venv is missing ({python}); build it with `make setup-oracle`")
     requests = [
         {
             "text": r.text,
@@ -67,12 +62,7 @@ def run_official(
         }
         for r in prompts.values()
     ]
-    (work / "requests.json").write_text(json.dumps(requests))
-    command = [str(python), str(script), "--checkpoint", str(checkpoint)]
-    command += ["--requests", str(work / "requests.json"), "--out", str(work / "oracle.json")]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-3000:]
-    results = json.loads((work / "oracle.json").read_text())["requests"]
+    results = run_oracle(repo_root, checkpoint, work, requests)
     return {name: np.asarray(r["codes"], dtype=np.int64) for name, r in zip(prompts, results, strict=True)}
 
 

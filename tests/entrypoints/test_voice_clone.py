@@ -8,14 +8,14 @@ runs in ``.venv-oracle`` on the same directory. Two reference voices (espeak-ng 
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from vllm_omni.entrypoints.speech import CodecFrameGenerator, SpeechRequest, SpeechRequestError
+
+from .oracle import run_oracle
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
@@ -61,27 +61,6 @@ def extra_request(case: tuple[str, str, str], short_clip: Path) -> dict:
         "ref_text": VOICES["b"][1] if short else VOICES["a"][1],
         "x_vector_only_mode": False,
     }
-
-
-@pytest.fixture(scope="module")
-def base_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
-
-    out = tmp_path_factory.mktemp("base") / "ckpt"
-    return write_checkpoint(out, "released", 0, talker="tiny", talker_type="base")
-
-
-def run_oracle(repo_root: Path, checkpoint: Path, work: Path, requests: list[dict]) -> list[dict]:
-    """The official talker (``.venv-oracle``) on Base ``requests``: frames, speaker embedding, reference codes."""
-    python, script = repo_root / ".venv-oracle/bin/python", repo_root / "tools/oracle/qwen_tts_talker_oracle.py"
-    if not python.exists():
-        pytest.fail(f"the oracle venv is missing ({python}); build it with `make setup-oracle`")
-    (work / "requests.json").write_text(json.dumps(requests))
-    command = [str(python), str(script), "generate", "--checkpoint", str(checkpoint)]
-    command += ["--requests", str(work / "requests.json"), "--out", str(work / "oracle.json")]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads((work / "oracle.json").read_text())["requests"]
 
 
 @pytest.fixture(scope="module")

@@ -184,14 +184,11 @@ class SpeechSocket:
         except SpeechRequestError as error:
             await self.close(CLOSE_BAD_MESSAGE, str(error))
         segmenter = TextSegmenter(limits.max_input_chars)
-        if self.text_mode == "stream":
-            if body.input:
-                await self.queue_piece(body.input)
-            speaker = self.speaker = asyncio.create_task(self.speak_stream(body, template, plan))
-        else:
-            if body.input:
-                await self.queue([*segmenter.add(body.input), segmenter.flush()])
-            speaker = self.speaker = asyncio.create_task(self.speak(body, template, plan))
+        if body.input and self.text_mode == "stream":
+            await self.queue_piece(body.input)
+        elif body.input:
+            await self.queue([*segmenter.add(body.input), segmenter.flush()])
+        speaker = self.speaker = asyncio.create_task(self.speak(body, template, plan))
         try:
             await self.listen(speaker, segmenter)
         finally:

@@ -6,6 +6,11 @@
 // message in #status (class "error") and leaves the page usable: the buttons come back, and the next Speak
 // starts a fresh utterance.
 //
+// "Stream as typed" (#stream-typed): the first keystroke opens a session with "text_mode": "stream" (one talker
+// request, one segment, speech starting with the first words), each edit that appends to the field sends what it
+// appended as a `text` piece, Speak or Enter sends `end`, Stop sends `cancel` (docs/serving/browser.md says how
+// edits that are not appends are handled: TypedUtterance below).
+//
 // window.edgeTest (the test hook the Python browser test drives):
 //   ready: Promise<void>        the first plan load and voice list were attempted (errors are in #status)
 //   speak(text, {voice, cancelAfterFrames}) -> {frames, pcm, firstAudioSeconds, rtf, bytes, planSeconds, error,
@@ -13,6 +18,8 @@
 //   playRecording(bytes: number[]) -> as speak: a codec-stream recording ("QCS\x01" framing) through the same
 //        parser, decoder worker and status line as the WebSocket's messages (hostile and cut-off streams)
 //   setApiKey(key), reloadPlan({threads}) -> {planSeconds, threads, cached, error}   (threads: as ?threads=N)
+//   typedResult() -> as speak, plus {textPieces, framesAtEnd}, of the last utterance streamed as typed (null:
+//        none yet), once it is over: the pieces sent, and the frames received when `end` was sent
 
 import { loadPlan } from "./edge/plan.mjs";
 import { CodecStreamError, CodecStreamParser } from "./edge/stream.mjs";
@@ -22,6 +29,10 @@ const SUBPROTOCOL = "qwen3-tts-codec-stream";
 const CACHE_NAME = "vllm-omni-edge-plans";
 const JITTER_SECONDS = 0.2;
 const RECORDING_PIECE_BYTES = 4096;
+const MAX_PIECE_CHARS = 4096; // the server's default piece limit (--speech-max-input-chars): longer pastes split
+// The word being typed (held back until it ends, so fixing it is no edit of sent text): letters, digits, marks,
+// apostrophes and hyphens, except in scripts written without spaces (Han and kana are sent as they come).
+const WORD_CHAR = /^(?![\p{sc=Han}\p{sc=Hiragana}\p{sc=Katakana}])[\p{L}\p{N}\p{M}'\u2019-]$/u;
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -29,6 +40,7 @@ const ui = {
   voice: $("voice"),
   speak: $("speak"),
   stop: $("stop"),
+  streamTyped: $("stream-typed"),
   apiKey: $("api-key"),
   reloadPlan: $("reload-plan"),
   status: $("status"),
@@ -50,6 +62,10 @@ const state = {
   cancel: null, // cancels the utterance in progress
   stopRequested: false,
   playback: null, // {context, node} or null when the browser gives no audio
+  typed: null, // the TypedUtterance open or playing, while it is
+  lastTyped: null, // the last TypedUtterance (its `done` gives the result)
+  typedSaid: null, // the field's text the last one sent: the next one starts after it while the field does
+  typedFailed: false, // the last one ended in an error: typing opens no session until Speak or the box is toggled
 };
 
 // -- status line --------------------------------------------------------------------------------------
@@ -68,7 +84,7 @@ function showNumbers({ firstAudioSeconds, rtf, bytes, planSeconds }) {
 }
 
 function setSpeaking(speaking) {
-  ui.speak.disabled = speaking;
+  ui.speak.disabled = speaking && !(state.typed && !state.typed.ended); // Speak ends the text being typed
   ui.reloadPlan.disabled = speaking;
   ui.stop.disabled = !speaking;
 }
@@ -110,7 +126,8 @@ async function loadVoices() {
     const name = typeof voice === "string" ? voice : voice.name;
     if (typeof name === "string") ui.voice.add(new Option(name, name));
   }
-  if ([...ui.voice.options].some((option) => option.value === chosen)) ui.voice.value = chosen;
+  // "(model default)" only where the checkpoint lists no voice: a CustomVoice checkpoint has no default speaker
+  if (chosen && [...ui.voice.options].some((option) => option.value === chosen)) ui.voice.value = chosen;
   else if (voices.length) ui.voice.selectedIndex = 1;
 }
 
@@ -339,6 +356,7 @@ async function runUtterance(source, { cancelAfterFrames = null } = {}) {
         else resolve();
       };
       control = source.open({
+        received,
         message(bytes, read) {
           chain = chain.then(async () => {
             if (settled) return;
@@ -386,12 +404,15 @@ async function runUtterance(source, { cancelAfterFrames = null } = {}) {
   return result;
 }
 
-/** The stream of `text` from the server's WebSocket, which the API key opens (a `bearer.` subprotocol). */
-function socketSource(text, voice) {
+/**
+ * The stream of `text` from the server's WebSocket, which the API key opens (a `bearer.` subprotocol); with
+ * `typed` (a TypedUtterance) instead, a "text_mode": "stream" session whose text `typed` sends as it is typed.
+ */
+function socketSource(text, voice, typed = null) {
   return {
-    status: "Speaking...",
+    status: typed ? "Speaking as you type: Speak or Enter ends the text..." : "Speaking...",
     open(sink) {
-      if (!text.trim()) throw new Error("there is no text to speak");
+      if (typed ? typed.ended && !typed.pieces.length : !text.trim()) throw new Error("there is no text to speak");
       const protocols = [SUBPROTOCOL, ...(apiKey() ? [`bearer.${base64url(apiKey())}`] : [])];
       const scheme = location.protocol === "https:" ? "wss" : "ws";
       const socket = new WebSocket(`${scheme}://${location.host}/v1/audio/speech/stream`, protocols);
@@ -405,10 +426,14 @@ function socketSource(text, voice) {
         }
       };
       socket.onopen = () => {
-        const request = { type: "start", edge_hardware: HARDWARE_CLASS, input: text };
+        const request = { type: "start", edge_hardware: HARDWARE_CLASS };
+        if (typed) request.text_mode = "stream";
+        else request.input = text;
         if (voice) request.voice = voice;
         socket.send(JSON.stringify(request));
-        socket.send(JSON.stringify({ type: "end" }));
+        const send = (message) => socket.readyState === WebSocket.OPEN && socket.send(JSON.stringify(message));
+        if (typed) typed.attach(send, sink); // typing may go on after the server closed: nothing is sent then
+        else socket.send(JSON.stringify({ type: "end" }));
         if (state.stopRequested) cancel();
       };
       socket.onmessage = ({ data }) => {
@@ -455,8 +480,127 @@ const speak = (text, { voice, cancelAfterFrames = null } = {}) =>
 
 function stop() {
   state.stopRequested = true;
+  if (state.typed) {
+    state.typed.ended = true; // nothing more is sent: the session is cancelled
+    setSpeaking(state.busy);
+  }
   state.cancel?.();
   play({ type: "stop" });
+}
+
+// -- streaming as typed -------------------------------------------------------------------------------
+
+/** Where the word at the end of `value` starts (value.length when it ends in a space or punctuation). */
+function wordStart(value) {
+  let end = value.length;
+  while (end > 0) {
+    const pair = end >= 2 && /[\uDC00-\uDFFF]/.test(value[end - 1]) && /[\uD800-\uDBFF]/.test(value[end - 2]);
+    const start = pair ? end - 2 : end - 1;
+    if (!WORD_CHAR.test(value.slice(start, end))) break;
+    end = start;
+  }
+  return end;
+}
+
+/**
+ * One utterance streamed as the field is typed. `said` is the field's text taken as sent: each edit that
+ * extends it sends the characters it added up to the end of the last whole word (the word being typed follows
+ * once a space or punctuation ends it, or at `end`; the server's tokenizer waits for that anyway), so fixing a
+ * typo in that word is free. An edit of text already sent (a deletion or change before it, a replaced
+ * selection) cannot be unsaid: it is not spoken, `said` becomes the edited field up to its last whole word,
+ * and typing after it goes on being sent. Messages wait in `outbox` until the socket is open.
+ */
+class TypedUtterance {
+  constructor(said = "") {
+    this.said = said;
+    this.pieces = []; // the text pieces sent, in order
+    this.ended = false; // `end` (or Stop): nothing more is sent
+    this.framesAtEnd = null;
+    this.outbox = [];
+    this.send = null;
+    this.sink = null;
+    this.done = null; // Promise of the result, as speak's plus {textPieces, framesAtEnd}
+  }
+
+  attach(send, sink) {
+    this.send = send;
+    this.sink = sink;
+    for (const message of this.outbox.splice(0)) send(message);
+  }
+
+  post(message) {
+    if (this.send) this.send(message);
+    else this.outbox.push(message);
+  }
+
+  /** The field is now `value`; `final`: its last word too. */
+  update(value, { final = false } = {}) {
+    if (this.ended) return;
+    if (!value.startsWith(this.said)) this.said = value.slice(0, wordStart(value)); // an edit of sent text
+    const upTo = final ? value.length : wordStart(value);
+    if (upTo <= this.said.length) return;
+    const points = Array.from(value.slice(this.said.length, upTo));
+    this.said = value.slice(0, upTo);
+    for (let i = 0; i < points.length; i += MAX_PIECE_CHARS) {
+      const piece = points.slice(i, i + MAX_PIECE_CHARS).join("");
+      this.pieces.push(piece);
+      this.post({ type: "text", text: piece });
+    }
+  }
+
+  /** Send the rest of `value` and `end` (`cancel` when no text was ever sent: there is nothing to speak). */
+  end(value) {
+    if (this.ended) return;
+    this.update(value, { final: true });
+    this.ended = true;
+    this.framesAtEnd = this.sink?.received() ?? 0;
+    this.post({ type: this.pieces.length ? "end" : "cancel" });
+  }
+}
+
+/** Open a streamed utterance with the field's text after `said` (the part already spoken, kept as sent). */
+function startTyped(value, said = "") {
+  said += /^\s*/.exec(value.slice(said.length))[0]; // no leading whitespace
+  const typed = new TypedUtterance(said);
+  state.typed = state.lastTyped = typed;
+  typed.update(value);
+  typed.done = runUtterance(socketSource(null, ui.voice.value || undefined, typed)).then((result) => {
+    typed.ended = true;
+    if (state.typed === typed) state.typed = null;
+    state.typedFailed = Boolean(result.error); // else every keystroke would open a session failing the same way
+    if (!result.error) state.typedSaid = typed.said;
+    return { ...result, textPieces: typed.pieces, framesAtEnd: typed.framesAtEnd };
+  });
+  return typed;
+}
+
+function onTextInput(event) {
+  if (!ui.streamTyped.checked || event.isComposing) return; // an IME's composition is sent once it commits
+  const value = ui.text.value;
+  if (state.typed) {
+    state.typed.update(value);
+    return;
+  }
+  const after = state.typedSaid !== null && value.startsWith(state.typedSaid) ? state.typedSaid : "";
+  if (state.busy || state.typedFailed || !value.slice(after.length).trim()) return; // busy, failed, nothing to say
+  startTyped(value, after);
+}
+
+function endTyped() {
+  const typed = state.typed;
+  if (!typed || typed.ended) return;
+  typed.end(ui.text.value);
+  setSpeaking(state.busy);
+}
+
+function onSpeak() {
+  state.typedFailed = false;
+  if (state.typed && !state.typed.ended) endTyped();
+  else if (!ui.streamTyped.checked) speak(ui.text.value, { voice: ui.voice.value || undefined });
+  else if (!state.busy) {
+    startTyped(ui.text.value); // the whole field, streamed
+    endTyped();
+  }
 }
 
 // -- wiring -------------------------------------------------------------------------------------------
@@ -478,10 +622,19 @@ async function refreshVoicesAndPlan() {
   return errors;
 }
 
-ui.speak.addEventListener("click", () => {
-  speak(ui.text.value, { voice: ui.voice.value || undefined });
-});
+ui.speak.addEventListener("click", onSpeak);
 ui.stop.addEventListener("click", stop);
+ui.text.addEventListener("input", onTextInput);
+ui.text.addEventListener("keydown", (event) => {
+  if (event.key !== "Enter" || event.shiftKey || event.isComposing || !ui.streamTyped.checked) return;
+  event.preventDefault(); // with the box on, Enter is Speak (Shift+Enter a new line)
+  if (!ui.speak.disabled) onSpeak();
+});
+ui.streamTyped.addEventListener("change", () => {
+  state.typedSaid = null;
+  state.typedFailed = false;
+  if (!ui.streamTyped.checked) endTyped(); // the text typed so far is spoken to its end
+});
 ui.reloadPlan.addEventListener("click", async () => {
   ui.reloadPlan.disabled = true;
   ui.speak.disabled = true;
@@ -510,6 +663,7 @@ window.edgeTest = {
   ready,
   speak,
   playRecording: (bytes) => runUtterance(recordingSource(Uint8Array.from(bytes))),
+  typedResult: async () => (state.lastTyped ? await state.lastTyped.done : null),
   async setApiKey(key) {
     ui.apiKey.value = key ?? "";
     try {
