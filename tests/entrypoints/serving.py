@@ -102,10 +102,11 @@ def as_recording(messages: list) -> list:
 
 
 def client_speaks_the_full_decode(
-    server: Server, checkpoint: Path, work: Path, say: list[str], body: dict, frames: int
+    server: Server, checkpoint: Path, work: Path, say: list[str], body: dict, frames: int, stdin: list[str] = ()
 ) -> np.ndarray:
-    """Run the edge client (``say``: its text/voice arguments) against ``server``, and check its audio is the
-    full decode of the frames the server sends for ``body`` (>= 90 dB as 16-bit PCM); returns those frames."""
+    """Run the edge client (``say``: its text/voice arguments; ``stdin``: pieces written to its standard input
+    50 ms apart, for ``--text-stdin``) against ``server``, and check its audio is the full decode of the frames the
+    server sends for ``body`` (>= 90 dB as 16-bit PCM); returns those frames."""
     import torch
 
     from vllm_omni.edge.audio import float_to_pcm16, snr_db
@@ -115,8 +116,17 @@ def client_speaks_the_full_decode(
     command = [sys.executable, "-m", "vllm_omni.edge.client", "--server", server.url, "--hardware", "cpu_x86_64"]
     command += [*say, "--greedy", "--max-frames", str(frames), "--api-key", KEY]
     command += ["--out", str(out), "--cache-dir", str(work / "cache")]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for piece in stdin:
+            process.stdin.write(piece.encode())
+            process.stdin.flush()
+            time.sleep(0.05)
+        process.stdin.close()
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr.decode(errors="replace")[-3000:]
     sent = server.codec_frames({**body, "max_frames": frames})
     with torch.inference_mode():
         reference = load_code2wav_decoder(checkpoint)(torch.from_numpy(sent).T[None]).numpy().ravel()

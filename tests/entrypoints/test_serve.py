@@ -7,6 +7,7 @@ the client's audio the full decode of the frames the server sent.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import io
 import json
@@ -508,6 +509,87 @@ def test_websocket_session_time_limit(server):
                 client.send(json.dumps({"type": "flush"}))
                 time.sleep(1)
         assert client.close_code == 4408 and "over its 10 s limit" in client.close_reason
+
+
+def kv_cache_usage(server) -> float:
+    with server.request("/metrics") as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:kv_cache_usage_perc")
+    )
+
+
+def stream_start(**fields) -> dict:
+    return {"type": "start", "text_mode": "stream", "voice": "Ryan", "language": "English",
+            "edge_hardware": "cpu_x86_64", "greedy": True, "max_frames": 30, **fields}  # fmt: skip
+
+
+def test_websocket_stream_mode_speaks_the_first_words_before_the_rest_arrives(server):
+    """text_mode stream: the pieces feed one request; frames come while the text pauses; one segment; the frames
+    equal the whole text's in the streamed layout."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    text = HELLO["input"] + " And more words follow after a pause."
+    cut = len(HELLO["input"])
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    received: list = []
+    with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}, open_timeout=60) as client:
+        client.send(json.dumps(stream_start()))
+        for at in range(0, cut, 3):
+            client.send(json.dumps({"type": "text", "text": text[at : min(at + 3, cut)]}))
+        deadline = time.monotonic() + 60
+        while sum(isinstance(m, bytes) for m in received) < 2:  # the start's frames, before any more text
+            assert time.monotonic() < deadline, "no frames while the rest of the text had not arrived"
+            received.append(client.recv(timeout=60))
+        client.send(json.dumps({"type": "flush"}))  # accepted, changes nothing in stream mode
+        for at in range(cut, len(text), 4):
+            client.send(json.dumps({"type": "text", "text": text[at : at + 4]}))
+        client.send(json.dumps({"type": "end"}))
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                received.append(client.recv(timeout=120))
+        assert client.close_code == 1000
+    batches = [event for event in as_recording(received) if isinstance(event, FrameBatch)]
+    assert not any(batch.segment_end for batch in batches) and batches[-1].end_of_stream
+    frames = np.concatenate([batch.frames for batch in batches if len(batch.frames)])
+    whole = server.codec_frames({**HELLO, "input": text, "non_streaming_mode": False, "max_frames": 30})
+    np.testing.assert_array_equal(frames, whole)
+
+
+def test_the_edge_client_speaks_standard_input_as_it_arrives(server, talker_checkpoint, tmp_path):
+    text = "Hello there, 3.14 is a number. And the client reads it as it comes."
+    pieces = [text[at : at + 5] for at in range(0, len(text), 5)]
+    body = {**HELLO, "input": text, "non_streaming_mode": False}
+    say = ["--text-stdin", "--voice", "Ryan", "--language", "English"]
+    client_speaks_the_full_decode(server, talker_checkpoint, tmp_path, say, body, 30, stdin=pieces)
+
+
+def test_websocket_stream_mode_refusals_free_the_request(server):
+    assert socket_messages(server, [stream_start(text_mode="words")])[1] == 4400
+    code, reason = socket_messages(server, [stream_start(non_streaming_mode=True)])[1:]
+    assert code == 4400 and "drop non_streaming_mode" in reason
+    code, reason = socket_messages(server, [stream_start(), {"type": "text", "text": "a" * 5000}])[1:]
+    assert code == 4413 and "at most 4096" in reason
+    pieces = [{"type": "text", "text": "word " * 100}] * 5  # 2500 characters: one utterance takes 2000 here
+    code, reason = socket_messages(server, [stream_start(), *pieces])[1:]
+    assert code == 4413 and "takes at most 2000" in reason
+    code, reason = socket_messages(server, [stream_start(), {"type": "text", "text": 7}])[1:]
+    assert code == 4400 and "needs a string 'text'" in reason
+    code, reason = socket_messages(server, [stream_start(), {"type": "end"}, {"type": "text", "text": "more"}])[1:]
+    assert code == 4400 and "after 'end'" in reason
+    code, reason = socket_messages(server, [stream_start(), {"type": "text", "text": "  "}, {"type": "end"}])[1:]
+    assert code == 4400 and "empty" in reason
+    # A client that stops sending text mid-utterance: the talker holds, the idle limit closes, the request goes.
+    code, reason = socket_messages(server, [stream_start(max_frames=400), {"type": "text", "text": "Hello there, "}])[
+        1:
+    ]
+    closed = time.monotonic()
+    assert code == 4408 and reason.startswith("idle for 3 s")
+    while kv_cache_usage(server) > 0:
+        assert time.monotonic() - closed < 2.0, "the idle session's request kept its KV cache"
+        time.sleep(0.1)
+    assert len(server.codec_frames({**HELLO, "max_frames": 5})) == 5  # and the server serves on
 
 
 def test_the_server_log_has_no_traceback(server):

@@ -79,16 +79,24 @@ class SpeechSocket:
     ``POST /v1/audio/speech`` (``edge_hardware`` required, ``input`` optional); then any number of
     ``{"type": "text", "text": ...}``, ``{"type": "flush"}``; then ``{"type": "end"}``, or
     ``{"type": "cancel"}`` at any time (after ``end`` too). Text pieces are joined as sent, whitespace
-    included, and cut into sentences (:class:`~.speech_text.TextSegmenter`); ``flush`` and ``end`` cut
-    what is left. Each sentence is one segment, generated as soon as the ones before it are done: speech
-    starts with the first sentence while later text is still arriving. Server -> client: the wire
+    included. The start's ``text_mode`` says how they are spoken:
+
+    * ``"sentence"`` (default): cut into sentences (:class:`~.speech_text.TextSegmenter`); ``flush`` and
+      ``end`` cut what is left. Each sentence is one request and one segment, generated as soon as the ones
+      before it are done: speech starts with the first sentence while later text is still arriving.
+    * ``"stream"``: every piece into one running request (``stream_text``: each talker step runs once its text
+      token is known), one segment; ``flush`` changes nothing; the whole text is bounded by
+      ``socket_max_queued_chars``; frames held for a full message leave after :data:`FLUSH_AFTER_S`.
+
+    Server -> client: the wire
     protocol's start message (text), frames messages (binary; the first frame of a segment alone, then
     ``frames_per_message`` at a time; each segment ends with a ``segment end`` flag, the stream with
     ``end of stream``) and done (text: ``complete``, ``cancelled`` or ``error`` with the whole message).
 
     Limits (:class:`~.speech_limits.SpeechLimits`): a message over ``max_body_bytes`` closes with 1009, a
     piece over ``max_input_chars`` or text queued past ``socket_max_queued_chars`` (sent, not yet being
-    spoken) with 4413, a session idle for ``socket_idle_s`` (nothing to speak, no message) or older than
+    spoken) with 4413, a session idle for ``socket_idle_s`` (nothing to speak, no message; in stream mode before
+    ``end``: no message and no frame sent) or older than
     ``socket_max_s`` with 4408. A malformed message closes with 4400, an unserved class with 4404.
     One task owns the session (reads, checks, closes); the speaker task only sends frames.
     """
