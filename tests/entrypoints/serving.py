@@ -116,17 +116,18 @@ def client_speaks_the_full_decode(
     command = [sys.executable, "-m", "vllm_omni.edge.client", "--server", server.url, "--hardware", "cpu_x86_64"]
     command += [*say, "--greedy", "--max-frames", str(frames), "--api-key", KEY]
     command += ["--out", str(out), "--cache-dir", str(work / "cache")]
-    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        for piece in stdin:
-            process.stdin.write(piece.encode())
-            process.stdin.flush()
-            time.sleep(0.05)
-        process.stdin.close()
-        _, stderr = process.communicate(timeout=300)
-    finally:
-        process.kill()
-    assert process.returncode == 0, stderr.decode(errors="replace")[-3000:]
+    with open(work / "client.log", "wb") as log:
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            for piece in stdin:
+                process.stdin.write(piece.encode())
+                process.stdin.flush()
+                time.sleep(0.05)
+            process.stdin.close()
+            process.wait(timeout=300)
+        finally:
+            process.kill()
+    assert process.returncode == 0, (work / "client.log").read_text(errors="replace")[-3000:]
     sent = server.codec_frames({**body, "max_frames": frames})
     with torch.inference_mode():
         reference = load_code2wav_decoder(checkpoint)(torch.from_numpy(sent).T[None]).numpy().ravel()

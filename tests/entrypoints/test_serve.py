@@ -565,30 +565,31 @@ def test_the_edge_client_speaks_standard_input_as_it_arrives(server, talker_chec
     client_speaks_the_full_decode(server, talker_checkpoint, tmp_path, say, body, 30, stdin=pieces)
 
 
-def test_websocket_stream_mode_refusals_free_the_request(server):
-    assert socket_messages(server, [stream_start(text_mode="words")])[1] == 4400
-    code, reason = socket_messages(server, [stream_start(non_streaming_mode=True)])[1:]
-    assert code == 4400 and "drop non_streaming_mode" in reason
-    code, reason = socket_messages(server, [stream_start(), {"type": "text", "text": "a" * 5000}])[1:]
-    assert code == 4413 and "at most 4096" in reason
-    pieces = [{"type": "text", "text": "word " * 100}] * 5  # 2500 characters: one utterance takes 2000 here
-    code, reason = socket_messages(server, [stream_start(), *pieces])[1:]
-    assert code == 4413 and "takes at most 2000" in reason
-    code, reason = socket_messages(server, [stream_start(), {"type": "text", "text": 7}])[1:]
-    assert code == 4400 and "needs a string 'text'" in reason
-    code, reason = socket_messages(server, [stream_start(), {"type": "end"}, {"type": "text", "text": "more"}])[1:]
-    assert code == 4400 and "after 'end'" in reason
-    code, reason = socket_messages(server, [stream_start(), {"type": "text", "text": "  "}, {"type": "end"}])[1:]
-    assert code == 4400 and "empty" in reason
-    # A client that stops sending text mid-utterance: the talker holds, the idle limit closes, the request goes.
-    code, reason = socket_messages(server, [stream_start(max_frames=400), {"type": "text", "text": "Hello there, "}])[
-        1:
-    ]
-    closed = time.monotonic()
-    assert code == 4408 and reason.startswith("idle for 3 s")
+def assert_freed_within(server, seconds: float) -> None:
+    began = time.monotonic()
     while kv_cache_usage(server) > 0:
-        assert time.monotonic() - closed < 2.0, "the idle session's request kept its KV cache"
+        assert time.monotonic() - began < seconds, f"a closed session's request kept its KV cache for {seconds} s"
         time.sleep(0.1)
+
+
+def test_websocket_stream_mode_refusals_free_the_request(server):
+    refusals = [
+        ([stream_start(text_mode="words")], 4400, "text_mode must be one of sentence, stream"),
+        ([stream_start(non_streaming_mode=True)], 4400, "drop non_streaming_mode"),
+        ([stream_start(), {"type": "text", "text": "a" * 5000}], 4413, "at most 4096"),
+        ([stream_start(), *[{"type": "text", "text": "word " * 100}] * 5], 4413, "takes at most 2000"),
+        ([stream_start(), {"type": "text", "text": "Hello there, "}, {"type": "text", "text": 7}], 4400,
+         "needs a string 'text'"),
+        ([stream_start(), {"type": "text", "text": "Hi, you "}, {"type": "end"}, {"type": "text", "text": "more"}],
+         4400, "after 'end'"),
+        ([stream_start(), {"type": "text", "text": "  "}, {"type": "end"}], 4400, "empty"),
+        # A client that stops sending text mid-utterance: the talker holds, the idle limit closes.
+        ([stream_start(max_frames=400), {"type": "text", "text": "Hello there, "}], 4408, "idle for 3 s"),
+    ]  # fmt: skip
+    for messages, expected_code, expected in refusals:
+        code, reason = socket_messages(server, messages)[1:]
+        assert code == expected_code and expected in reason, (code, reason)
+        assert_freed_within(server, 2.0)
     assert len(server.codec_frames({**HELLO, "max_frames": 5})) == 5  # and the server serves on
 
 

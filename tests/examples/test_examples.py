@@ -64,6 +64,20 @@ def test_serve_stream_and_decode_on_loopback(repo_root, talker_checkpoint, tmp_p
     assert read_wav(out).size == 12 * 48  # 12 frames at the small geometry's 48 samples per frame
 
 
+def test_stream_text_writes_the_words_as_an_llm_would(repo_root):
+    text = "Hello there,  how are you?"
+    assert run_example(repo_root, "stream_text.py", "--llm-only", "--text", text, "--rate", "200") == text
+
+
+@pytest.mark.vllm
+def test_stream_text_piped_into_the_client(repo_root, talker_checkpoint, tmp_path):
+    out = tmp_path / "speech.wav"
+    run_example(repo_root, "stream_text.py", "--model", str(talker_checkpoint), "--text", "Hello there. How are you?",
+                "--rate", "20", "--out", str(out), "--artifacts", str(tmp_path / "artifacts"),
+                "--max-frames", "12")  # fmt: skip
+    assert read_wav(out).size == 12 * 48  # one utterance of 12 frames at the small geometry's 48 samples per frame
+
+
 @pytest.mark.vllm
 def test_clone_a_voice_offline(repo_root, talker_checkpoint, tmp_path):
     """x-vector only: the small test decoder's tokenizer makes 500 frames/s of reference, too many for a prompt."""

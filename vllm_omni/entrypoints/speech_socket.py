@@ -257,7 +257,7 @@ class SpeechSocket:
                     if now - self.started >= limits.socket_max_s - SLACK_S:
                         await self.close(CLOSE_TIMEOUT, f"the session is over its {limits.socket_max_s:g} s limit")
                     if now - self.last_activity(last_message) >= limits.socket_idle_s - SLACK_S:
-                        if not self.speaking and self.segments.empty():
+                        if self.text_mode == "stream" or (not self.speaking and self.segments.empty()):
                             await self.close(
                                 CLOSE_TIMEOUT, f"idle for {limits.socket_idle_s:g} s: send text, flush, end or cancel"
                             )
