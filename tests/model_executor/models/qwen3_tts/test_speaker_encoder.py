@@ -238,7 +238,7 @@ VOICE_A = VOICES / "ref_a_22k.wav"
 @pytest.mark.parametrize(
     ("source", "max_seconds", "message"),
     [
-        (b"", 60.0, "the audio bytes could not be decoded as audio .*expected WAV, FLAC"),
+        (b"", 60.0, "the audio bytes are not an accepted audio file: reference audio must be WAV, FLAC, MP3 or OGG"),
         (b"RIFF\x00\x00\x00\x00WAVEfmt garbage" * 8, 60.0, "could not be decoded as audio"),
         (VOICE_A, 1.0, r"too long: more than 1\.\d+ s at 22050 Hz, at most 1 s taken"),
         (VOICE_A.read_bytes(), 2.5, "too long: .* at most 2.5 s taken"),
@@ -271,6 +271,36 @@ VOICE_A = VOICES / "ref_a_22k.wav"
 def test_unusable_reference_audio_is_a_reference_audio_error(source, max_seconds, message):
     with pytest.raises(ReferenceAudioError, match=message):
         load_reference_audio(source, max_seconds=max_seconds)
+
+
+def test_only_the_named_containers_are_opened_and_nothing_they_name(tmp_path, monkeypatch):
+    """A playlist, a concat script, a file naming a URL or raw PCM: refused before any demuxer runs, naming the
+    accepted formats; the file and the socket they name are never opened."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/voice.wav"
+    shutil.copy(VOICE_A, tmp_path / "named.wav")
+    monkeypatch.chdir(tmp_path)  # a concat script's relative file would resolve here
+    hostile = {
+        "hls": f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\n{url}\n#EXT-X-ENDLIST\n".encode(),
+        "concat": b"ffconcat version 1.0\nfile named.wav\n",
+        "url_file": f"[playlist]\nFile1={url}\nNumberOfEntries=1\n".encode(),
+        "raw_pcm": np.zeros(24_000, np.int16).tobytes(),
+    }
+    for name, data in hostile.items():
+        with pytest.raises(ReferenceAudioError, match="must be WAV, FLAC, MP3 or OGG"):
+            load_reference_audio(data)
+        (tmp_path / f"{name}.bin").write_bytes(data)
+        with pytest.raises(ReferenceAudioError, match="must be WAV, FLAC, MP3 or OGG"):
+            load_reference_audio(tmp_path / f"{name}.bin")
+    with pytest.raises(TimeoutError):
+        listener.accept()  # nothing connected
+    listener.close()
+    assert len(load_reference_audio(tmp_path / "named.wav")) > 0  # a real WAV still decodes
 
 
 def test_audio_shorter_than_the_encoder_needs_is_a_reference_audio_error(base_checkpoint):

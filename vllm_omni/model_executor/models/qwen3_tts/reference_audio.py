@@ -16,6 +16,7 @@ What the official ``qwen-tts`` 0.1.1 does before ``extract_speaker_embedding``, 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import math
@@ -73,8 +74,8 @@ SPEAKER_MEL = SpeakerMelSettings()
 def load_reference_audio(source: Any, *, max_seconds: float | None = DEFAULT_MAX_SECONDS) -> np.ndarray:
     """Mono float32 samples at 24 kHz from ``source``.
 
-    ``source``: the bytes of an audio file (WAV, FLAC, MP3, OGG/Opus, ... whatever FFmpeg decodes), a
-    path to one, or ``(samples, sample_rate)`` with float samples in [-1, 1] shaped ``(n,)`` or
+    ``source``: the bytes of an audio file (WAV, FLAC, MP3 or OGG: :func:`container_format`), a path to one,
+    or ``(samples, sample_rate)`` with float samples in [-1, 1] shaped ``(n,)`` or
     ``(n, channels)``. ``max_seconds`` (None: no limit) bounds the input's duration, checked while
     decoding, before the whole file is held.
 
@@ -181,18 +182,60 @@ def _frame_samples(frame: Any) -> np.ndarray:
     return values.astype(np.float32)
 
 
+ACCEPTED_FORMATS = "WAV, FLAC, MP3 or OGG (Vorbis, Opus, FLAC)"
+_ID3_HEADER = 10
+
+
+def container_format(head: bytes) -> str | None:
+    """The FFmpeg demuxer of an accepted container, from the file's first bytes (None: not one of them).
+
+    Only these containers are ever opened, with their own demuxer named: FFmpeg never probes the bytes, so a
+    playlist (HLS), a concat script, a file naming a URL or a raw format is refused before any demuxer runs,
+    and nothing but the bytes given is read (no file, no socket)."""
+    if head[:3] == b"ID3" and len(head) >= _ID3_HEADER:  # an ID3v2 tag (MP3, sometimes FLAC): skip it
+        size = _ID3_HEADER + sum((byte & 0x7F) << (7 * (3 - index)) for index, byte in enumerate(head[6:10]))
+        size += _ID3_HEADER if head[5] & 0x10 else 0  # a footer
+        rest = head[size:]
+        return "flac" if rest[:4] == b"fLaC" else "mp3"
+    if head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE":
+        return "wav"
+    if head[:4] == b"fLaC":
+        return "flac"
+    if head[:4] == b"OggS":
+        return "ogg"
+    if len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0 and head[1] & 0x06:  # an MPEG audio frame
+        return "mp3"
+    return None
+
+
 def _decode(file: Any, what: str, max_seconds: float | None) -> tuple[np.ndarray, int]:
-    """Decode the first audio stream of ``file`` (a path or a binary file object) to mono float32."""
+    """Decode the first audio stream of ``file`` (a path or a binary file object) to mono float32: an accepted
+    container only (:func:`container_format`), read through Python's file object (no FFmpeg protocol)."""
     try:
         import av
     except ImportError as error:
         raise ImportError("decoding reference audio needs PyAV: pip install -r requirements/vllm.txt") from error
 
+    with contextlib.ExitStack() as stack:
+        if isinstance(file, str):
+            file = stack.enter_context(open(file, "rb"))
+        head = file.read(1 << 16)
+        file.seek(0)
+        fmt = container_format(head)
+        if fmt is None:
+            raise ReferenceAudioError(
+                f"{what} are not an accepted audio file: reference audio must be {ACCEPTED_FORMATS} (it starts "
+                f"with {head[:8]!r})"
+            )
+        return _demux(av, file, fmt, what, max_seconds)
+
+
+def _demux(av: Any, file: Any, fmt: str, what: str, max_seconds: float | None) -> tuple[np.ndarray, int]:
     chunks: list[np.ndarray] = []
     rate = 0
     total = 0
     try:
-        with av.open(file, mode="r") as container:
+        with av.open(file, mode="r", format=fmt) as container:
             if not container.streams.audio:
                 raise ReferenceAudioError(f"{what} hold no audio stream (expected an audio file: WAV, FLAC, MP3, ...)")
             stream = container.streams.audio[0]
@@ -209,7 +252,7 @@ def _decode(file: Any, what: str, max_seconds: float | None) -> tuple[np.ndarray
                 chunks.append(chunk.mean(axis=0, dtype=np.float32) if chunk.shape[0] > 1 else chunk[0])
     except av.error.FFmpegError as error:
         raise ReferenceAudioError(
-            f"{what} could not be decoded as audio ({error}); expected WAV, FLAC, MP3, OGG, ..."
+            f"{what} could not be decoded as audio ({error}); expected {ACCEPTED_FORMATS}"
         ) from None
     if not chunks:
         return np.zeros(0, dtype=np.float32), rate or SAMPLE_RATE
