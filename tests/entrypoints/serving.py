@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -58,15 +59,18 @@ class Server:
 
 
 @contextlib.contextmanager
-def running_server(checkpoint: Path, work: Path, hardware: str, extra_args: list[str]) -> Iterator[Server]:
+def running_server(
+    checkpoint: Path, work: Path, hardware: str, extra_args: list[str], env: dict[str, str] | None = None
+) -> Iterator[Server]:
     """``vllm serve checkpoint --omni --edge-hardware hardware`` (plans under ``work/artifacts``, log in
-    ``work/server.log``) behind :data:`KEY`, once ``/health`` answers; terminated on exit."""
+    ``work/server.log``, ``env`` added to the environment) behind :data:`KEY`, once ``/health`` answers;
+    terminated on exit."""
     port, log = free_port(), work / "server.log"
     command = [str(Path(sys.executable).parent / "vllm"), "serve", str(checkpoint), "--omni"]
     command += ["--edge-hardware", hardware, "--edge-artifacts", str(work / "artifacts")]
     command += ["--host", "127.0.0.1", "--port", str(port), "--api-key", KEY, *ENGINE_ARGS, *extra_args]
     with open(log, "wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     try:
@@ -136,3 +140,19 @@ def client_speaks_the_full_decode(
     assert heard.size == reference.size
     assert snr_db(float_to_pcm16(reference).astype(np.float64), heard.astype(np.float64)) >= 90
     return sent
+
+
+def marker_plugin(root: Path) -> tuple[Path, Path]:
+    """A tiny installed vLLM general plugin (an entry point in a ``.dist-info`` under ``root``, for PYTHONPATH) that
+    appends its process id to a marker file whenever vLLM loads it: (the PYTHONPATH folder, the marker)."""
+    site, marker = root / "site", root / "loaded.txt"
+    info = site / "marker_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: marker-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[vllm.general_plugins]\nmarker_plugin = marker_plugin:register\n")
+    (site / "marker_plugin.py").write_text(
+        "import os\n\ndef register():\n"
+        f"    with open({str(marker)!r}, 'a') as out:\n"
+        "        out.write(f'{os.getpid()}\\n')\n"
+    )
+    return site, marker

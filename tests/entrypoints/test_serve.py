@@ -11,6 +11,7 @@ import contextlib
 import http.client
 import io
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from vllm_omni.edge.audio import float_to_pcm16, snr_db
 from vllm_omni.edge.plan.model import ExecPlan
 from vllm_omni.edge.stream import FrameBatch, iter_events
 
-from .serving import KEY, as_recording, client_speaks_the_full_decode, running_server
+from .serving import KEY, as_recording, client_speaks_the_full_decode, marker_plugin, running_server
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
@@ -36,6 +37,7 @@ SERVE_ARGS = []
 # Both OpenAI's model name and ours are served; short WebSocket limits, so the tests can reach them.
 SERVED_NAMES = ["qwen3-tts", "tts-1"]
 LIMITS = {"socket-idle-s": 3, "socket-max-s": 10, "socket-max-queued-chars": 2000, "max-instructions-chars": 500}
+LIMITS |= {"max-sockets": 3}
 SERVE_ARGS += ["--served-model-name", *SERVED_NAMES]
 SERVE_ARGS += [arg for name, value in LIMITS.items() for arg in (f"--speech-{name}", str(value))]
 HELLO = {"input": "Hello there, this is a test.", "voice": "Ryan", "language": "English", "greedy": True}
@@ -48,7 +50,10 @@ def server(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, sh
     # rockchip_npu: the plan the Rockchip tests compiled for this checkpoint, validated and kept at start-up;
     # without it (the vLLM pass alone) the server compiles fp16 steps in the converter venv before the engine.
     shared_plans.copy_to(talker_checkpoint, "rockchip_npu", work / "artifacts" / "rockchip_npu")
-    with running_server(talker_checkpoint, work, "cpu_x86_64,rockchip_npu", SERVE_ARGS) as server:
+    site, marker = marker_plugin(work / "plugin")  # a plugin of the user's own, installed beside ours
+    environment = {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    with running_server(talker_checkpoint, work, "cpu_x86_64,rockchip_npu", SERVE_ARGS, environment) as server:
+        server.plugin_marker = marker
         # The CPU plan it built: the voice-cloning server serves the same speech tokenizer.
         shared_plans.publish(talker_checkpoint, "cpu_x86_64", work / "artifacts" / "cpu_x86_64")
         yield server
@@ -591,6 +596,56 @@ def test_websocket_stream_mode_refusals_free_the_request(server):
         assert code == expected_code and expected in reason, (code, reason)
         assert_freed_within(server, 2.0)
     assert len(server.codec_frames({**HELLO, "max_frames": 5})) == 5  # and the server serves on
+
+
+def test_a_users_own_plugin_still_loads_under_omni(server):
+    loaded = server.plugin_marker.read_text().split() if server.plugin_marker.exists() else []
+    assert loaded, "vllm serve --omni switched the user's own general plugin off"
+
+
+def websocket_url(server) -> str:
+    return server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+
+
+def test_a_websocket_from_a_foreign_page_is_refused_at_the_handshake(server):
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+    from websockets.sync.client import connect
+
+    auth = {"Authorization": f"Bearer {KEY}"}
+    for origin in ("http://evil.example", "null", server.url.replace("127.0.0.1", "localhost")):
+        with pytest.raises(InvalidStatus) as refused:  # a valid key does not help: the page is not ours
+            connect(websocket_url(server), additional_headers=auth, origin=origin, open_timeout=60)
+        assert refused.value.response.status_code == 403, origin
+    with connect(websocket_url(server), additional_headers=auth, origin=server.url, open_timeout=60) as own:
+        own.send(json.dumps({"type": "text", "text": "x"}))  # the server's own origin opens a session: it answers
+        with pytest.raises(ConnectionClosed):
+            own.recv(timeout=60)
+        assert own.close_code == 4400
+
+
+def test_open_sessions_are_bounded_and_the_next_is_told_to_try_later(server):
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    auth = {"Authorization": f"Bearer {KEY}"}
+    held = [connect(websocket_url(server), additional_headers=auth, open_timeout=60) for _ in range(3)]
+    try:
+        time.sleep(0.5)  # the three sessions are open (each waits for its start message)
+        with connect(websocket_url(server), additional_headers=auth, open_timeout=60) as extra:
+            with pytest.raises(ConnectionClosed):
+                extra.recv(timeout=60)
+            assert extra.close_code == 1013 and "try again later" in extra.close_reason
+    finally:
+        for socket_ in held:
+            socket_.close()
+    deadline = time.monotonic() + 60
+    while True:  # the closed sessions free their places
+        code, reason = socket_messages(server, [{"type": "text", "text": "x"}])[1:]
+        if code != 1013:
+            break
+        assert time.monotonic() < deadline, "closed sessions kept their places"
+        time.sleep(0.2)
+    assert code == 4400 and "must be type 'start'" in reason
 
 
 def test_the_server_log_has_no_traceback(server):

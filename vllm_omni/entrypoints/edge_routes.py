@@ -50,7 +50,7 @@ from .speech_api import (
     validation_message,
 )
 from .speech_http import collect_unless_disconnected, error_response, not_modified, read_body
-from .speech_socket import SpeechSocket
+from .speech_socket import CLOSE_TRY_AGAIN_LATER, SpeechSocket
 from .speech_streams import audio_stream, codec_stream, public_error, sse_events, streamed
 from .voice_store import VoiceStoreError, save_voice
 
@@ -168,9 +168,28 @@ def build_router():
 
     @router.websocket("/v1/audio/speech/stream")
     async def speech_socket(socket: WebSocket):
+        edge = getattr(socket.app.state, "omni_edge", None)
+        secure = socket.url.scheme == "wss"
+        if edge is not None and not edge.origin_allowed(
+            socket.headers.get("origin"), socket.headers.get("host"), secure
+        ):
+            await socket.close(code=1008)  # before accept: the handshake is refused with 403
+            return
         offered = socket.scope.get("subprotocols") or ()
         await socket.accept(subprotocol=CODEC_SUBPROTOCOL if CODEC_SUBPROTOCOL in offered else None)
-        await SpeechSocket(getattr(socket.app.state, "omni_edge", None), socket, speech_body).run()
+        if edge is not None and edge.open_sockets >= edge.max_sockets:
+            await socket.close(
+                code=CLOSE_TRY_AGAIN_LATER,
+                reason=f"{edge.open_sockets} speech sessions are open, the most this server takes: try again later",
+            )
+            return
+        if edge is not None:
+            edge.open_sockets += 1
+        try:
+            await SpeechSocket(edge, socket, speech_body).run()
+        finally:
+            if edge is not None:
+                edge.open_sockets -= 1
 
     async def text_route(request: Request):
         return error_response(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .speech_limits import SpeechLimits
+from .speech_limits import SpeechLimits, allowed_origins
 
 logger = logging.getLogger("vllm.omni.speech")  # under vLLM's logger: its handlers and level apply
 T = TypeVar("T")
@@ -41,6 +41,9 @@ class EdgeServingState:
     prompt_pool: ThreadPoolExecutor | None = None
     decode_pool: ThreadPoolExecutor | None = None
     voice_pool: ThreadPoolExecutor | None = None
+    allowed_origins: tuple[str, ...] = ()  # --speech-allowed-origins, besides the server's own
+    max_sockets: int = 1  # open speech WebSocket sessions at most (limits.max_sockets or max_num_seqs)
+    open_sockets: int = 0
 
     def __post_init__(self) -> None:
         self.prompt_pool = self.prompt_pool or ThreadPoolExecutor(1, thread_name_prefix="speech-prompts")
@@ -48,6 +51,19 @@ class EdgeServingState:
             self.limits.decode_threads, thread_name_prefix="speech-decode"
         )
         self.voice_pool = self.voice_pool or ThreadPoolExecutor(1, thread_name_prefix="speech-voices")
+
+    def origin_allowed(self, origin: str | None, host: str | None, secure: bool) -> bool:
+        """Whether a WebSocket handshake's ``Origin`` may open a session: none (not a browser), the server's own
+        (the handshake's ``Host`` under the matching http(s) scheme), or one of :attr:`allowed_origins`."""
+        if origin is None:
+            return True
+        origin = origin.strip().rstrip("/").lower()
+        if origin in self.allowed_origins:
+            return True
+        scheme = "https" if secure else "http"
+        default = ":443" if secure else ":80"
+        own = f"{scheme}://{(host or '').lower().removesuffix(default)}"
+        return bool(host) and origin.removesuffix(default) == own
 
     def plan(self, name: str):
         """The published plan of class ``name``; a 404 naming the served classes otherwise."""
@@ -135,6 +151,8 @@ async def load_edge_state(engine_client: Any, args: Any) -> EdgeServingState:
     warm = await asyncio.to_thread(open_decoder, plans.server_decoder, check_sha256=False, prepack=True)
     limits = SpeechLimits.from_args(args)
     state = EdgeServingState(plans, plan_bytes, generator, limits, served_model_names(args), warm)
+    state.allowed_origins = allowed_origins(args)
+    state.max_sockets = limits.max_sockets or engine_client.vllm_config.scheduler_config.max_num_seqs
     if generator.config.tts_model_type == "base":
         from .voice_store import VoiceStore
 

@@ -11,6 +11,8 @@ import math
 import os
 from dataclasses import dataclass, fields
 
+ZERO_MEANS_AUTO = ("decode_workers", "max_sockets")
+
 
 @dataclass(frozen=True)
 class SpeechLimits:
@@ -25,11 +27,12 @@ class SpeechLimits:
     decode_workers: int = 0  # server-side decode/encode threads; 0: one per CPU, at most 4
     max_voices: int = 256  # uploaded voices kept (Base checkpoints)
     max_voice_bytes: int = 64 << 20  # their files together
+    max_sockets: int = 0  # open speech WebSocket sessions per API server process; 0: the engine's max_num_seqs
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not math.isfinite(value) or value < 0 or (value == 0 and f.name != "decode_workers"):
+            if not math.isfinite(value) or value < 0 or (value == 0 and f.name not in ZERO_MEANS_AUTO):
                 raise ValueError(f"{f.name} must be positive, got {value}")
 
     @property
@@ -54,11 +57,26 @@ _FLAGS = {
     "decode-workers": ("decode_workers", int, "threads decoding server-side PCM and encoding audio (0: auto)"),
     "max-voices": ("max_voices", int, "uploaded voices kept on disk (Base checkpoints)"),
     "max-voice-bytes": ("max_voice_bytes", int, "bytes of all uploaded voices' files together"),
+    "max-sockets": ("max_sockets", int, "open speech WebSocket sessions per API server process (0: max_num_seqs)"),
 }
+
+
+def allowed_origins(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--speech-allowed-origins``: web origins besides the server's own whose pages may open the WebSocket."""
+    given = getattr(args, "speech_allowed_origins", None) or ""
+    return tuple(origin.strip().rstrip("/").lower() for origin in given.split(",") if origin.strip())
 
 
 def add_limit_arguments(group: argparse._ArgumentGroup) -> None:
     """The ``--speech-*`` flags of ``vllm serve --omni`` (defaults: :class:`SpeechLimits`)."""
+    group.add_argument(
+        "--speech-allowed-origins",
+        dest="speech_allowed_origins",
+        default=None,
+        metavar="ORIGIN[,ORIGIN]",
+        help="web pages of these origins (scheme://host[:port]) may open the speech WebSocket besides the server's "
+        "own; a handshake with another Origin is refused with 403 (clients that send none, not browsers, pass)",
+    )
     defaults = SpeechLimits()
     for flag, (name, kind, text) in _FLAGS.items():
         group.add_argument(

@@ -23,6 +23,7 @@ CLOSE_NOT_SERVED = 4404
 CLOSE_TIMEOUT = 4408
 CLOSE_TOO_MUCH_QUEUED = 4413
 CLOSE_NOT_READY = 4503
+CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455: the server is overloaded (--speech-max-sockets sessions are open)
 SLACK_S = 0.05  # how early a deadline may wake the socket's wait
 CLOSE_SEND_S = 5.0  # the done and close frames wait this long for a client that does not read
 MAX_REASON_BYTES = 123  # RFC 6455: a close reason fits in 123 bytes of UTF-8

@@ -9,7 +9,8 @@ servers keep working), plus:
 * ``--edge-artifacts``: one plan directory per class, validated or built from the served model's
   ``speech_tokenizer/`` before the engine starts (progress lines on stderr; resumable);
 * the endpoint plugin (``vllm_omni.entrypoints.edge_routes``) allow-listed in ``VLLM_PLUGINS``
-  together with the talker's general plugin, so the hand-off itself enables the routes;
+  together with the talker's general plugin, so the hand-off itself enables the routes (the user's other
+  plugins keep loading: :func:`allow_plugins`);
 * the WebSocket's subprotocol API key (:mod:`..socket_auth`) as vLLM's ``--middleware``, which wraps the
   app outside vLLM's ``--api-key`` check;
 * with ``browser`` among the classes, the page's files (:mod:`..browser_page`) checked before anything starts.
@@ -37,11 +38,29 @@ DEFAULT_ARTIFACTS = Path("edge-artifacts")
 say = progress_printer("vllm-omni")
 
 
+ENDPOINT_PLUGINS_GROUP = "vllm.endpoint_plugins"
+
+
+def installed_plugins() -> list[str]:
+    """The plugins vLLM loads when ``VLLM_PLUGINS`` is unset: every installed entry point of its plugin groups
+    (``vllm.*_plugins``) but the endpoint plugins, which vLLM loads only when they are named."""
+    from importlib.metadata import entry_points
+
+    found = entry_points()
+    groups = [
+        g for g in found.groups if g.startswith("vllm.") and g.endswith("_plugins") and g != ENDPOINT_PLUGINS_GROUP
+    ]
+    return [plugin.name for group in sorted(groups) for plugin in found.select(group=group)]
+
+
 def allow_plugins(*names: str) -> None:
-    """Add ``names`` to ``VLLM_PLUGINS`` (an allow-list for every plugin group once it is set)."""
-    current = [n for n in os.environ.get("VLLM_PLUGINS", "").split(",") if n]
-    if "VLLM_PLUGINS" in os.environ and not current:
-        current = []
+    """Add ``names`` to ``VLLM_PLUGINS``. Once set it is an allow-list for every plugin group, so when the user
+    left it unset it starts as every plugin vLLM would have loaded (:func:`installed_plugins`): naming ours never
+    switches another plugin off. A user's own list is kept as given, ours added."""
+    if "VLLM_PLUGINS" in os.environ:
+        current = [n.strip() for n in os.environ["VLLM_PLUGINS"].split(",") if n.strip()]
+    else:
+        current = installed_plugins()
     os.environ["VLLM_PLUGINS"] = ",".join(dict.fromkeys([*current, *names]))
 
 
