@@ -17,6 +17,8 @@ from vllm_omni.edge.cli.main import main as edge_main
 from vllm_omni.edge.errors import EdgeExportError
 from vllm_omni.edge.files import remove_partial_files
 
+HANG_SECONDS = 60  # refusals come at once; longer is a hang (latencies belong in benchmarks)
+
 
 def one_error_line(capsys) -> str:
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
@@ -50,7 +52,7 @@ def test_build_and_export_out_under_a_file_are_one_usage_error_line_at_once(smal
         assert command() == 2, name
         line = one_error_line(capsys)
         assert f"{blocker} is a file, not a directory" in line and out in line, line
-        assert time.perf_counter() - started < 5 and blocker.read_text() == "mine"
+        assert time.perf_counter() - started < HANG_SECONDS and blocker.read_text() == "mine"
 
 
 def test_build_out_in_a_read_only_directory_is_one_usage_error_line(small_checkpoint, tmp_path, capsys, monkeypatch):
@@ -78,7 +80,7 @@ def test_bad_ramp_values_are_usage_errors_refused_at_once(small_checkpoint, tmp_
     command = ["build", "--hardware", "npu_phone", "--model", str(small_checkpoint), "--out", str(tmp_path / "p")]
     assert edge_main([*command, *ramp_args]) == 2
     assert message in one_error_line(capsys)
-    assert time.perf_counter() - started < 5 and not (tmp_path / "p").exists()
+    assert time.perf_counter() - started < HANG_SECONDS and not (tmp_path / "p").exists()
 
 
 def test_a_foreign_exec_plan_json_is_not_replaced_without_force(small_checkpoint, tmp_path, capsys):
@@ -181,7 +183,7 @@ def test_plan_validate_on_a_runaway_schedule_is_one_line_at_once(tmp_path, capsy
     started = time.perf_counter()
     assert edge_main(["plan", "validate", str(tmp_path)]) == 1
     assert "windowed.context_frames: 100000000 is greater than the maximum of 4096" in one_error_line(capsys)
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < HANG_SECONDS
 
 
 @pytest.mark.parametrize(

@@ -21,11 +21,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vllm_omni.edge.cli import client as client_cli
 from vllm_omni.edge.cli.client import main as client_main
 from vllm_omni.edge.client import EdgeClient, fetch_plan
 from vllm_omni.edge.plan import ExecPlan, ExecPlanError
 from vllm_omni.edge.testing.codes import random_codes
 from vllm_omni.edge.testing.streams import recording, segment_messages
+
+HANG_SECONDS = 60  # longer is a hang, whatever the load (latencies belong in benchmarks)
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +122,7 @@ def test_a_broken_connection_ends_with_one_error_line_the_audio_and_the_report(
         started = time.perf_counter()
         command = ["--stream", f"{server.url}/s", "--plan", str(cpu_plan), "--out", str(out), "--report", str(report)]
         code = run_client([*command, "--timeout", "1"])
-        assert time.perf_counter() - started < 20
+        assert time.perf_counter() - started < HANG_SECONDS
     finally:
         server.close()
     err = capsys.readouterr().err
@@ -188,7 +191,7 @@ def test_a_garbage_stream_leaves_an_existing_wav_as_it_was(cpu_plan, tmp_path, c
 
 
 def test_outputs_that_cannot_or_must_not_be_written_are_refused_before_decoding(
-    cpu_plan, stream_bytes, tmp_path, capsys
+    cpu_plan, stream_bytes, tmp_path, capsys, monkeypatch
 ):
     stream = tmp_path / "x.qcs"
     stream.write_bytes(stream_bytes)
@@ -213,10 +216,12 @@ def test_outputs_that_cannot_or_must_not_be_written_are_refused_before_decoding(
         ],
     }
     for message, extra in cases.items():
-        started = time.perf_counter()
-        assert client_main([*base, *extra]) == 2, message
+        with monkeypatch.context() as patched:  # refused up front: nothing is decoded
+            patched.setattr(
+                client_cli, "_run", lambda args, message=message: pytest.fail(f"{message}: decoding started")
+            )
+            assert client_main([*base, *extra]) == 2, message
         assert message in capsys.readouterr().err
-        assert time.perf_counter() - started < 2  # refused up front, not after the decode
     assert stream.read_bytes() == stream_bytes and notes.read_text() == "my notes"
     assert not (tmp_path / "a.wav").exists()
     assert client_main([*base, "--out", str(notes), "--force"]) == 0 and wav_samples(notes) > 0
@@ -312,5 +317,5 @@ def test_a_served_plan_with_a_runaway_schedule_is_refused_before_any_download(cp
             fetch_plan(f"{server.url}/plan/", tmp_path / "cache")
     finally:
         server.close()
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < HANG_SECONDS
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == []
