@@ -117,11 +117,47 @@ def test_a_device_downloads_the_rockchip_plan_with_its_sources(server, tmp_path,
         assert (plan.directory / name).read_bytes() == (served.directory / name).read_bytes()
 
 
+def added_routes() -> list[tuple[str, str]]:
+    """Every (method, path) the edge router adds (its own route table: a new route is covered as it is added),
+    path parameters filled in, the WebSocket as ``WEBSOCKET``."""
+    import re
+
+    from vllm_omni.entrypoints.edge_routes import build_router
+
+    filled = {"name": "cpu_x86_64", "artifact": "exec_plan.json", "rest": "x", "path": "x"}
+    routes = []
+    for route in build_router().routes:
+        path = re.sub(r"\{(\w+)(:\w+)?\}", lambda m: filled[m.group(1)], route.path)
+        for method in sorted(getattr(route, "methods", None) or {"WEBSOCKET"}):
+            routes.append((method, path))
+    return routes
+
+
 def test_every_route_needs_the_api_key(server):
-    for path in ("/v1/edge/hardware", "/v1/edge/plans/cpu_x86_64"):
-        assert server.error(path, key=None)[0] == 401
-        assert server.error(path, key="wrong")[0] == 401
-    assert server.error("/v1/audio/speech", {**HELLO, "max_frames": 2}, key="wrong")[0] == 401
+    """Every route the server adds under vLLM's guarded prefixes (plans, artifacts, voices and their DELETE, speech,
+    the text routes' 404s, the WebSocket, which the browser page calls too): 401 without the key and with a wrong
+    one; the others (text routes outside them) say only that they are not served."""
+    from vllm.entrypoints.serve.middleware.authenticate import GUARDED_PREFIX
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    routes = added_routes()
+    assert {("DELETE", "/v1/audio/voices/cpu_x86_64"), ("WEBSOCKET", "/v1/audio/speech/stream")} <= set(routes)
+    for method, path in routes:
+        for key in (None, "wrong"):
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            if method == "WEBSOCKET":
+                with pytest.raises(InvalidStatus) as refused:
+                    connect(server.url.replace("http://", "ws://") + path, additional_headers=headers, open_timeout=60)
+                status = refused.value.response.status_code
+            else:
+                data = b"{}" if method == "POST" else None
+                request = urllib.request.Request(server.url + path, data=data, headers=headers, method=method)
+                with pytest.raises(urllib.error.HTTPError) as refused:
+                    urllib.request.urlopen(request, timeout=60)
+                status = refused.value.code
+            expected = 401 if path.startswith(GUARDED_PREFIX) else 404
+            assert status == expected, f"{method} {path} with key {key!r}: {status}"
 
 
 def test_bad_speech_requests_get_clear_errors(server):
