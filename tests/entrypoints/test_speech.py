@@ -178,6 +178,51 @@ def test_aborted_requests_free_their_state(generator, alone):
     assert not held & keys and len(held) <= 1, f"{len(held & keys)} aborted requests kept their state"
 
 
+def _corrupt_state(model, key: str) -> int:
+    """Drop all but the first frame of request ``key``'s state (as if the worker had lost them)."""
+    from vllm_omni.model_executor.models.qwen3_tts.talker_requests import TALKER_BATCH
+
+    state = TALKER_BATCH._states[key]
+    state.frames = state.frames[:1]
+    return len(state.frames)
+
+
+def test_one_requests_broken_state_fails_that_request_and_the_others_go_on(generator, alone):
+    """A request whose state is inconsistent mid-stream (its frames lost) ends with EOS and a log line; it never
+    raises out of the model's forward (which would end the engine core for everyone)."""
+    import functools
+
+    from vllm.inputs import TokensPrompt
+
+    engine = generator.llm.llm_engine
+    names = list(PROMPTS)
+    keys = {}
+    for name in names:
+        request = generator.build_request(greedy(PROMPTS[name]))
+        keys[name] = request.sampling_params.extra_args["qwen3_tts"]["request_key"]
+        engine.add_request(f"broken-{name}", TokensPrompt(prompt_token_ids=request.prompt_ids), request.sampling_params)
+    outputs: dict[str, list[int]] = {}
+    for _ in range(6):  # every request is past its prompt and making frames
+        for output in engine.step():
+            outputs[output.request_id] = output.outputs[0].token_ids
+    victim = names[0]
+    assert generator.llm.apply_model(functools.partial(_corrupt_state, key=keys[victim]))[0] == 1
+    finished = {}
+    for _ in range(400):
+        for output in engine.step():
+            if output.finished:
+                finished[output.request_id] = output.outputs[0]
+        if not engine.has_unfinished_requests():
+            break
+    assert set(finished) == {f"broken-{name}" for name in names}
+    for name in names[1:]:
+        frames = generator.assembler().feed(finished[f"broken-{name}"].token_ids, finished[f"broken-{name}"].logprobs)
+        np.testing.assert_array_equal(np.asarray(frames), alone[name], err_msg=name)
+    broken = finished[f"broken-{victim}"].token_ids
+    assert len(broken) < FRAMES + 1 and broken[-1] == generator.config.talker_config.codec_eos_token_id
+    np.testing.assert_array_equal(generator.generate([greedy(PROMPTS[victim])])[0], alone[victim])  # serves on
+
+
 def test_preempted_requests_resume_with_the_same_frames(
     talker_checkpoint: Path, generator, alone, talker_engine_settings
 ):

@@ -7,9 +7,15 @@ Public routes (outside ``/v1``: no API key; the page sends the key it is given w
 * ``/edge/browser/ort/NAME`` -> ``web/node_modules/onnxruntime-web/dist/NAME`` (the WASM runtime, installed by
   ``make setup-web``; served here, never from a CDN).
 
-Every answer carries the cross-origin-isolation headers WASM threads need (COOP ``same-origin``, COEP
-``require-corp``) and CORP ``same-origin``. The page's ``/v1`` calls (plans, artifacts, voices, the
-WebSocket) are same-origin, which COEP never blocks: those routes need no extra header.
+Every answer (the files, the redirect, a 404) carries the cross-origin-isolation headers WASM threads need
+(COOP ``same-origin``, COEP ``require-corp``), CORP ``same-origin``, ``Referrer-Policy: no-referrer`` and a
+``Content-Security-Policy`` that allows the page's own origin only (:func:`content_security_policy`). The
+page's ``/v1`` calls (plans, artifacts, voices, the WebSocket) are same-origin, which COEP never blocks: those
+routes need no extra header.
+
+The API key never travels in a URL: the page reads it from the address's fragment (``#api_key=KEY``, which
+no request carries) or its key field, and ignores ``?api_key=``; the redirect ``/edge/browser`` ->
+``/edge/browser/`` drops any query (a fragment stays with the browser, which keeps it across the redirect).
 
 Where the files are: the page is not package data. It lives in the repository checkout's ``web/`` folder,
 beside the ``vllm_omni`` package (the serving venv installs the package editable, so ``vllm_omni/..`` is
@@ -24,6 +30,7 @@ allow-list.
 # No ``from __future__ import annotations``: FastAPI reads the routes' parameter types (Request), imported
 # inside build_page_router, from the live annotations.
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +43,26 @@ ISOLATION_HEADERS = {
     "Cross-Origin-Embedder-Policy": "require-corp",
     "Cross-Origin-Resource-Policy": "same-origin",
 }
+# The page's own origin only. script-src: its modules, and 'wasm-unsafe-eval' for onnxruntime-web to compile its
+# WASM (in the decoder worker: a worker runs under the policy of its own script's response, which is this one);
+# worker-src: the decoder worker and onnxruntime-web's pthread workers, all same-origin module scripts (its blob:
+# path is only taken for a cross-origin script); connect-src: fetch and the WebSocket (CSP 3's 'self' matches
+# ws:/wss: of the page's host; :func:`content_security_policy` names them too, for browsers that do not);
+# style-src: page.css (no inline style); frame-ancestors 'none': no other site frames the key field.
+CSP_DIRECTIVES = (
+    "default-src 'self'",
+    "script-src 'self' 'wasm-unsafe-eval'",
+    "worker-src 'self'",
+    "connect-src 'self'",
+    "style-src 'self'",
+    "img-src 'self'",
+    "object-src 'none'",
+    "base-uri 'none'",
+    "form-action 'none'",
+    "frame-ancestors 'none'",
+)
+# A Host header fit to name in the policy (a name or IPv4 address, or a bracketed IPv6 one, and a port).
+_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?")
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".mjs": "text/javascript; charset=utf-8",
@@ -125,20 +152,40 @@ def content_type(path: Path) -> str:
     return CONTENT_TYPES[path.suffix]
 
 
+def content_security_policy(host: str | None = None) -> str:
+    """:data:`CSP_DIRECTIVES`; with ``host`` (the request's Host header, when it is a plain host[:port]) its
+    ``ws://`` and ``wss://`` origins are named in connect-src as well, for browsers whose 'self' does not match a
+    WebSocket of the page's host."""
+    directives = list(CSP_DIRECTIVES)
+    if host and _HOST.fullmatch(host):
+        directives = [f"{d} ws://{host} wss://{host}" if d.startswith("connect-src ") else d for d in directives]
+    return "; ".join(directives)
+
+
+def page_headers(host: str | None = None) -> dict[str, str]:
+    """The headers of every answer of the page's routes: :data:`ISOLATION_HEADERS`, no referrer, the CSP."""
+    return {
+        **ISOLATION_HEADERS,
+        "Referrer-Policy": "no-referrer",
+        "Content-Security-Policy": content_security_policy(host),
+        "X-Content-Type-Options": "nosniff",
+    }
+
+
 def build_page_router(page: BrowserPage):
-    """The page's routes: ``ROUTE`` redirects to ``ROUTE/`` (the page's relative URLs need the slash), then
-    the allow-listed files, GET and HEAD, each with :data:`ISOLATION_HEADERS`; anything else is a 404."""
+    """The page's routes: ``ROUTE`` redirects to ``ROUTE/`` (the page's relative URLs need the slash; the query
+    is dropped, so a key put there by mistake is not sent again), then the allow-listed files, GET and HEAD; every
+    answer with :func:`page_headers`; anything else is a 404."""
     from fastapi import APIRouter, Request
     from fastapi.responses import FileResponse, PlainTextResponse, RedirectResponse
 
     router = APIRouter()
-    headers = {**ISOLATION_HEADERS, "Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
 
     async def to_folder(request: Request):
-        query = f"?{request.url.query}" if request.url.query else ""
-        return RedirectResponse(f"{ROUTE}/{query}", status_code=308, headers=ISOLATION_HEADERS)
+        return RedirectResponse(f"{ROUTE}/", status_code=308, headers=page_headers(request.headers.get("host")))
 
-    async def asset(path: str):
+    async def asset(request: Request, path: str):
+        headers = {**page_headers(request.headers.get("host")), "Cache-Control": "no-cache"}
         file = page.file(path)
         if file is None:
             return PlainTextResponse(f"{ROUTE}/{path} is not a file of the browser page", 404, headers=headers)

@@ -120,7 +120,7 @@ def build_router():
 
     @router.get("/v1/audio/voices")
     async def voices(request: Request):
-        return JSONResponse({"voices": state(request).voices()})
+        return JSONResponse({"voices": await state(request).voices()})
 
     @router.post("/v1/audio/voices")
     async def upload_voice(request: Request):
@@ -129,7 +129,8 @@ def build_router():
 
     @router.delete("/v1/audio/voices/{name}")
     async def delete_voice(request: Request, name: str):
-        state(request).uploads().delete(name)
+        edge = state(request)
+        await edge.voice_files(edge.uploads().delete, name)
         return JSONResponse({"deleted": name})
 
     @router.post("/v1/audio/speech")

@@ -29,7 +29,8 @@ class EdgeServingState:
     on that shared session at no cost: the onnxruntime backend shares graphs by file), the limits, and
     bounded thread pools that keep CPU work off the event loop: one builds prompts (tokenizes, one
     thread: the tokenizer is not shared across threads), one decodes and encodes server-side audio, one
-    encodes reference audio of cloned voices (Base)."""
+    encodes reference audio of cloned voices (Base), and one does the voice store's file work (stat, read,
+    write, its lock: Base)."""
 
     plans: Any  # edge_plans.ServedPlans
     plan_bytes: dict[str, bytes]
@@ -41,6 +42,7 @@ class EdgeServingState:
     prompt_pool: ThreadPoolExecutor | None = None
     decode_pool: ThreadPoolExecutor | None = None
     voice_pool: ThreadPoolExecutor | None = None
+    voice_file_pool: ThreadPoolExecutor | None = None
     allowed_origins: tuple[str, ...] = ()  # --speech-allowed-origins, besides the server's own
     max_sockets: int = 1  # open speech WebSocket sessions at most (limits.max_sockets or max_num_seqs)
     open_sockets: int = 0
@@ -51,6 +53,7 @@ class EdgeServingState:
             self.limits.decode_threads, thread_name_prefix="speech-decode"
         )
         self.voice_pool = self.voice_pool or ThreadPoolExecutor(1, thread_name_prefix="speech-voices")
+        self.voice_file_pool = self.voice_file_pool or ThreadPoolExecutor(2, thread_name_prefix="speech-voice-files")
 
     def origin_allowed(self, origin: str | None, host: str | None, secure: bool) -> bool:
         """Whether a WebSocket handshake's ``Origin`` may open a session: none (not a browser), the server's own
@@ -89,12 +92,33 @@ class EdgeServingState:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.voice_pool, self.generator.voice_prompt, request)
 
+    async def voice_files(self, work: Callable[..., T], *args: Any) -> T:
+        """``work(*args)``, a call of the voice store (it stats, reads and writes files, and may wait for its
+        lock while another process writes), on the voice-file pool: never on the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.voice_file_pool, work, *args)
+
     async def resolve_voice(self, request: Any) -> Any:
-        """``request`` with its cloned voice made, or as it is."""
+        """``request`` with its cloned voice made (an uploaded one read, off the loop), or as it is."""
+        if request.uploaded_voice is not None:
+            request = await self.uploaded_voice(request)
         if request.ref_audio is None and request.speaker_embedding is None:
             return request
         voice = await self.encode_voice(request)
         return dataclasses.replace(request, voice=voice, ref_audio=None, speaker_embedding=None, ref_text=None)
+
+    async def uploaded_voice(self, request: Any) -> Any:
+        """``request`` with the uploaded voice it names read from the store as it is now (the file may have been
+        replaced through another API server process). A name that is not an uploaded voice is left to the
+        checkpoint to refuse as a speaker (a Base checkpoint has no preset speakers)."""
+        from .speech_api import SpeechApiError
+
+        name = request.uploaded_voice
+        stored = await self.voice_files(self.voice_store.get, name) if self.voice_store is not None else None
+        if stored is None:
+            return dataclasses.replace(request, uploaded_voice=None, speaker=name)
+        if request.ref_audio is not None or request.speaker_embedding is not None:
+            raise SpeechApiError(400, f"voice {name!r} is an uploaded voice: give it, or ref_audio, not both")
+        return dataclasses.replace(request, uploaded_voice=None, voice=stored.voice)
 
     async def prepare(self, request: Any, request_id: str) -> Any:
         """``request`` (a ``SpeechRequest``) as engine inputs: its voice made, then tokenized, off the event loop.
@@ -109,13 +133,14 @@ class EdgeServingState:
         """``work(*args)`` on the decode pool: at most ``limits.decode_threads`` run at once."""
         return await asyncio.get_running_loop().run_in_executor(self.decode_pool, work, *args)
 
-    def voices(self) -> list[dict[str, Any]]:
+    async def voices(self) -> list[dict[str, Any]]:
         """The checkpoint's built-in speakers (a VoiceDesign or Base checkpoint has none), then uploaded voices."""
         config = self.generator.config
         dialects = config.talker_config.spk_is_dialect
         builtin = [] if config.tts_model_type in ("voice_design", "base") else config.supported_speakers
         rows = [{"name": name, "type": "builtin", "dialect": dialects.get(name.lower()) or None} for name in builtin]
-        return rows + [stored.describe() for stored in (self.voice_store.list() if self.voice_store else [])]
+        uploaded = await self.voice_files(self.voice_store.list) if self.voice_store is not None else []
+        return rows + [stored.describe() for stored in uploaded]
 
 
 def artifact_files(plan) -> dict[str, tuple[str, int]]:
@@ -157,7 +182,8 @@ async def load_edge_state(engine_client: Any, args: Any) -> EdgeServingState:
         from .voice_store import VoiceStore
 
         talker = generator.config.talker_config
-        state.voice_store = VoiceStore(
+        state.voice_store = await asyncio.to_thread(  # it makes its directory private: file work
+            VoiceStore,
             Path(args.edge_artifacts) / "voices",
             limits.max_voices,
             limits.max_voice_bytes,

@@ -80,6 +80,9 @@ class SpeechRequest:
     x_vector_only_mode: bool = False
     speaker_embedding: Sequence[float] | None = None
     voice: VoiceClonePrompt | None = None
+    # The name of an uploaded voice (a server's /v1/audio/voices): the server reads it into ``voice``, off its
+    # event loop, before the request is built (EdgeServingState.resolve_voice).
+    uploaded_voice: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,8 @@ class _SpeechFrontend:
     def voice_prompt(self, request: SpeechRequest) -> VoiceClonePrompt | None:
         """The voice ``request`` clones (``None`` for a preset or designed voice). Encoding reference audio is
         CPU work (the speaker encoder and the speech tokenizer's encoder): a server runs this off its loop."""
+        if request.uploaded_voice is not None:  # a server reads it first (EdgeServingState.resolve_voice)
+            raise SpeechRequestError(f"the uploaded voice {request.uploaded_voice!r} was not read")
         given = [name for name in ("voice", "ref_audio", "speaker_embedding") if getattr(request, name) is not None]
         if len(given) > 1:
             raise SpeechRequestError(f"give one voice to clone: {' and '.join(given)} were both given")

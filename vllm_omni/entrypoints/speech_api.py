@@ -175,14 +175,14 @@ def decode_audio_field(value: str, name: str = "ref_audio") -> bytes:
 
 
 def to_speech_request(body: Any, voices: Any = None) -> Any:
-    """A validated body (of :func:`speech_body_model`) as the generator's ``SpeechRequest``; ``voice`` naming an
-    uploaded voice of ``voices`` (a :class:`~.voice_store.VoiceStore`) takes that voice."""
+    """A validated body (of :func:`speech_body_model`) as the generator's ``SpeechRequest``. Where there are
+    uploaded voices (``voices``, a :class:`~.voice_store.VoiceStore`: Base checkpoints, which have no preset
+    speakers), ``voice`` names one: the request carries the name as ``uploaded_voice``, and the server reads
+    the voice off its event loop (:meth:`.edge_state.EdgeServingState.resolve_voice`); nothing is read here."""
     from .speech import SpeechRequest
 
     generator = {name: getattr(body, name) for name in GENERATOR_FIELDS}
-    uploaded = voices.get(body.voice) if voices is not None and body.voice else None
-    if uploaded is not None and (body.ref_audio or body.speaker_embedding is not None):
-        raise SpeechApiError(400, f"voice {body.voice!r} is an uploaded voice: give it, or ref_audio, not both")
+    uploaded = voices is not None and bool(body.voice)
     return SpeechRequest(
         text=body.input,
         speaker=None if uploaded else body.voice,
@@ -192,6 +192,6 @@ def to_speech_request(body: Any, voices: Any = None) -> Any:
         ref_text=body.ref_text,
         x_vector_only_mode=body.x_vector_only_mode,
         speaker_embedding=body.speaker_embedding,
-        voice=uploaded.voice if uploaded else None,
+        uploaded_voice=body.voice if uploaded else None,
         **generator,
     )

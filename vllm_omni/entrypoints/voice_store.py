@@ -5,15 +5,37 @@ A voice is one safetensors file under the server's artifacts directory (``voices
 with its transcript, mode and consent in the metadata. Later requests name it as ``voice`` and nothing
 is encoded again; a restart reads the directory back. Names are checked against :data:`NAME_PATTERN`
 before anything touches the filesystem; the store is bounded in entries and bytes.
+
+Every API server process of a server (``--api-server-count``) has its own :class:`VoiceStore` on the one
+directory, which is the only truth:
+
+* a voice is created in one step across processes: its file is written in full under a temporary name,
+  then linked to ``NAME.safetensors`` (``os.link`` fails if the name exists: 409; never a rename, which
+  would replace a voice), and the room check and the write hold an exclusive ``flock`` on ``voices/.lock``,
+  so concurrent uploads, in any process, cannot pass ``--speech-max-voices`` or ``--speech-max-voice-bytes``;
+* a process keeps the voices it read, each with its file's identity (device, inode, size, mtime from one
+  ``stat``), and reads a file again when its identity changes: a voice deleted and uploaded again through
+  another process is spoken with its new vectors on the next request;
+* voice prints are biometric data: the directory is 0700 (a wider one is tightened) and files are 0600.
+
+The methods block (``stat``, reads, ``fsync``, the lock): the server calls them on a thread pool
+(:meth:`.edge_state.EdgeServingState.voice_files`), never on its event loop.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
+import os
 import re
+import stat
+import struct
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +47,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("vllm.omni.voices")  # under vLLM's logger: its handlers and level apply
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+SUFFIX = ".safetensors"
+LOCK_NAME = ".lock"  # flock'ed around every room check + write (never a voice: no suffix, and hidden)
+TEMP_PREFIX, TEMP_SUFFIX = ".upload-", ".tmp"  # a voice being written; removed on failure, or at start
+DIRECTORY_MODE, FILE_MODE = 0o700, 0o600
 
 
 class VoiceStoreError(ValueError):
@@ -54,6 +80,20 @@ class StoredVoice:
         }
 
 
+@dataclass(frozen=True)
+class _Known:
+    """A file this process read: its identity then, and its voice (None: not a voice of this talker)."""
+
+    identity: tuple[int, int, int, int]
+    stored: StoredVoice | None
+
+
+def _identity(status: os.stat_result) -> tuple[int, int, int, int]:
+    """What tells one version of a file from another: a new file (a voice deleted and uploaded again) has its
+    own inode and mtime (set to the nanosecond when written), a rewritten one its mtime."""
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+
+
 def check_name(name: Any) -> str:
     """``name`` if it is a voice name (letters, digits, ``_``, ``-``; 1-64; starting alphanumeric)."""
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
@@ -61,112 +101,175 @@ def check_name(name: Any) -> str:
     return name
 
 
-class VoiceStore:
-    """The uploaded voices in ``directory`` (created on first save), at most ``max_voices`` of them in
-    ``max_bytes`` (``--speech-max-voices``, ``--speech-max-voice-bytes``), for a talker of ``hidden_size``.
+def _taken(name: str) -> VoiceStoreError:
+    return VoiceStoreError(409, f"a voice named {name!r} exists; DELETE it first or choose another name")
 
-    The directory is the truth, so every API server process of one server sees the same voices: a name
-    missing from this process's index is read from disk, a file gone from disk is dropped from it. A file
-    that does not read as a voice of this talker (damaged, another model's width, codes out of range) is
-    skipped with a warning, never served.
+
+class VoiceStore:
+    """The uploaded voices in ``directory``, at most ``max_voices`` of them in ``max_bytes``
+    (``--speech-max-voices``, ``--speech-max-voice-bytes``: every ``NAME.safetensors`` file counts), for a
+    talker of ``hidden_size``.
+
+    The directory is the truth, so every API server process of one server sees the same voices (module
+    docstring). A file that does not read as a voice of this talker (damaged, another model's width, codes
+    out of range) is skipped with a warning, never served; it keeps its name until DELETEd.
     """
 
     def __init__(self, directory: Path, max_voices: int, max_bytes: int, hidden_size: int, groups: int, codebook: int):
-        self.directory, self.max_voices, self.max_bytes = directory, max_voices, max_bytes
+        self.directory, self.max_voices, self.max_bytes = Path(directory), max_voices, max_bytes
         self.shape = (hidden_size, groups, codebook)
-        self._lock = threading.Lock()
-        self._voices: dict[str, StoredVoice] = {}
+        self._lock = threading.Lock()  # guards _known (the server's threads share a store)
+        self._known: dict[str, _Known] = {}
+        self._private = False
+        try:
+            self._make_private()
+        except OSError as error:  # serving what is there still works; an upload retries, and answers 507
+            logger.warning("voice directory %s: %s: %s", self.directory, type(error).__name__, error)
 
     def get(self, name: str) -> StoredVoice | None:
+        """The voice ``name``, or None: one ``stat``, and a read only if this process has not read the file as
+        it is now (new to it, or replaced through another process)."""
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
             return None
-        path = self.directory / f"{name}.safetensors"
-        with self._lock:
-            if not path.is_file():
-                self._voices.pop(name, None)
-                return None
-            if name not in self._voices:
-                stored = self._read(path)
-                if stored is None:
-                    return None
-                self._voices[name] = stored
-            return self._voices[name]
+        try:
+            status = os.stat(self._path(name), follow_symlinks=False)
+        except OSError:
+            status = None
+        return self._current(name, status)
 
     def list(self) -> list[StoredVoice]:
-        names = sorted(p.stem for p in self.directory.glob("*.safetensors")) if self.directory.is_dir() else []
-        return [stored for name in names if (stored := self.get(name)) is not None]
+        """The voices by name: the directory listed with one ``stat`` a file; only new or changed files are read."""
+        files = self._files()
+        with self._lock:
+            for gone in self._known.keys() - files.keys():
+                del self._known[gone]
+        voices = (self._current(name, status) for name, status in sorted(files.items()))
+        return [stored for stored in voices if stored is not None]
 
     def check_room(self, name: str, size_bytes: int = 0) -> None:
         """Raise unless ``name`` is free and one more voice (of ``size_bytes``, once known) fits: 409 or 507.
-        A server checks before encoding and again, with the file's size, before writing."""
+        A server checks before encoding (nothing is held then), and :meth:`save` again, under the lock."""
         check_name(name)
-        if self.get(name) is not None:
-            raise VoiceStoreError(409, f"a voice named {name!r} exists; DELETE it first or choose another name")
-        voices = self.list()
-        used = sum(v.size_bytes for v in voices)
-        if len(voices) + 1 > self.max_voices or used + max(size_bytes, 1) > self.max_bytes:
+        files = self._files()
+        if name in files or os.path.lexists(self._path(name)):
+            raise _taken(name)
+        used = sum(status.st_size for status in files.values())
+        if len(files) + 1 > self.max_voices or used + max(size_bytes, 1) > self.max_bytes:
             raise VoiceStoreError(
                 507,
-                f"the voice store is full ({len(voices)} voices, {used} bytes; limits {self.max_voices} voices, "
+                f"the voice store is full ({len(files)} voices, {used} bytes; limits {self.max_voices} voices, "
                 f"{self.max_bytes} bytes): DELETE voices no longer used",
             )
 
     def save(self, name: str, voice: VoiceClonePrompt, consent: str) -> StoredVoice:
-        """Write ``voice`` as ``name`` (atomically); 409 if the name is taken, 507 over the limits or unwritable."""
+        """Write ``voice`` as ``name``: 409 if the name is taken (by any process, even at the same moment), 507
+        over the limits or unwritable. The room is checked and the file created under the store's lock; the
+        file is written whole under a temporary name, then linked to its own, which fails if that exists."""
         from safetensors.numpy import save
 
-        from vllm_omni.edge.files import write_atomically
-
+        check_name(name)
         tensors = {"speaker_embedding": np.asarray(voice.speaker_embedding, dtype=np.float32)}
         if voice.reference_codes is not None:
             tensors["reference_codes"] = np.asarray(voice.reference_codes, dtype=np.int64)
-        created = time.time()
         metadata = {"name": name, "ref_text": json.dumps(voice.reference_text), "consent": consent}
-        data = save(tensors, metadata=metadata | {"created": repr(created)})
-        self.check_room(name, len(data))
+        data = save(tensors, metadata=metadata | {"created": repr(time.time())})
+        stored = self._decode(data, name)  # the voice as every process reads it back (float32), not as given
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            write_atomically(self.directory / f"{name}.safetensors", lambda path: path.write_bytes(data))
+            self._make_private()
+            with self._exclusive():
+                self.check_room(name, len(data))
+                status = self._create(self._path(name), data)
         except OSError as error:
-            logger.warning("cannot write voice %s: %s", name, error)
+            logger.warning("cannot write voice %s: %s: %s", name, type(error).__name__, error)
             raise VoiceStoreError(507, f"the server cannot store voices ({type(error).__name__})") from None
-        stored = StoredVoice(name, voice, created, consent, len(data))
         with self._lock:
-            self._voices[name] = stored
+            self._known[name] = _Known(_identity(status), stored)
         return stored
 
     def delete(self, name: str) -> None:
         check_name(name)
         with self._lock:
-            self._voices.pop(name, None)
-            path = self.directory / f"{name}.safetensors"
-            if not path.is_file():
-                raise VoiceStoreError(404, f"no uploaded voice named {name!r}")
-            path.unlink(missing_ok=True)
-
-    def _read(self, path: Path) -> StoredVoice | None:
-        """The voice in ``path``, or None (with a warning) if it is not one this talker can use."""
+            self._known.pop(name, None)
         try:
-            return self._parse(path)
+            os.unlink(self._path(name))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise VoiceStoreError(404, f"no uploaded voice named {name!r}") from None
+
+    def _path(self, name: str) -> Path:
+        return self.directory / f"{name}{SUFFIX}"
+
+    def _files(self) -> dict[str, os.stat_result]:
+        """Every ``NAME.safetensors`` regular file of the directory (not a symlink), with its ``stat``."""
+        files = {}
+        try:
+            with os.scandir(self.directory) as entries:
+                for entry in entries:
+                    stem = entry.name.removesuffix(SUFFIX)
+                    if stem == entry.name or not NAME_PATTERN.fullmatch(stem):
+                        continue
+                    with contextlib.suppress(FileNotFoundError):  # deleted meanwhile
+                        status = entry.stat(follow_symlinks=False)
+                        if stat.S_ISREG(status.st_mode):
+                            files[stem] = status
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        return files
+
+    def _current(self, name: str, status: os.stat_result | None) -> StoredVoice | None:
+        """The voice of the file ``name`` whose ``stat`` is ``status`` (None: absent), read if not known as such."""
+        if status is None or not stat.S_ISREG(status.st_mode):
+            with self._lock:
+                self._known.pop(name, None)
+            return None
+        with self._lock:
+            known = self._known.get(name)
+        if known is None or known.identity != _identity(status):
+            known = self._read(self._path(name))
+            with self._lock:
+                if known is None:  # gone since the stat
+                    self._known.pop(name, None)
+                else:
+                    self._known[name] = known
+        return known.stored if known is not None else None
+
+    def _read(self, path: Path) -> _Known | None:
+        """The file ``path`` as it is now (its identity from the handle read, so a file replaced meanwhile is
+        known as the version read), or None if it is gone. A file that is not a voice of this talker is known
+        with no voice, so it is warned about once, not on every request."""
+        try:  # never a symlink (ELOOP), never blocked on a FIFO
+            handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        with open(handle, "rb") as file:
+            status = os.fstat(handle)
+            data = file.read(self.max_bytes + 1) if stat.S_ISREG(status.st_mode) else b""
+        try:
+            if len(data) > self.max_bytes:
+                raise ValueError(f"{status.st_size} bytes, over the store's limit of {self.max_bytes}")
+            stored = self._decode(data, path.name.removesuffix(SUFFIX))
         except Exception as error:  # safetensors raises its own types for a damaged file
             logger.warning("voice file %s skipped: %s: %s", path, type(error).__name__, error)
-            return None
+            stored = None
+        return _Known(_identity(status), stored)
 
-    def _parse(self, path: Path) -> StoredVoice:
-        from safetensors import safe_open
+    def _decode(self, data: bytes, stem: str) -> StoredVoice:
+        """The voice in ``data`` (a safetensors file named ``stem``); ValueError (or safetensors' errors) if it is
+        not one this talker can use."""
+        from safetensors.numpy import load
 
         from vllm_omni.model_executor.models.qwen3_tts.engine_ids import VOICE_SLOTS
         from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import VoiceClonePrompt
 
         hidden, groups, codebook = self.shape
-        with safe_open(str(path), "np") as handle:
-            metadata = handle.metadata() or {}
-            names = set(handle.keys())
-            embedding = handle.get_tensor("speaker_embedding")
-            codes = handle.get_tensor("reference_codes") if "reference_codes" in names else None
+        tensors = load(data)  # checks the header and every tensor's bounds
+        (header_bytes,) = struct.unpack_from("<Q", data)
+        metadata = json.loads(data[8 : 8 + header_bytes]).get("__metadata__") or {}
+        if "speaker_embedding" not in tensors:
+            raise ValueError("no speaker_embedding")
+        embedding, codes = tensors["speaker_embedding"], tensors.get("reference_codes")
         name = check_name(metadata.get("name", ""))
         reference_text = json.loads(metadata.get("ref_text", "null"))
-        if name != path.stem or not (reference_text is None or isinstance(reference_text, str)):
+        if name != stem or not (reference_text is None or isinstance(reference_text, str)):
             raise ValueError("its metadata does not name it, or its ref_text is not text")
         if embedding.shape != (hidden,) or not np.isfinite(embedding).all():
             raise ValueError(f"a speaker embedding of shape {embedding.shape}; this talker takes ({hidden},)")
@@ -181,7 +284,77 @@ class VoiceStore:
             reference_text,
         )
         created, consent = float(metadata.get("created", "0")), str(metadata.get("consent", ""))
-        return StoredVoice(name, voice, created, consent, path.stat().st_size)
+        return StoredVoice(name, voice, created, consent, len(data))
+
+    def _create(self, path: Path, data: bytes) -> os.stat_result:
+        """``path`` created holding ``data`` (0600), in one step: 409 if it exists. Under the store's lock."""
+        handle, temporary = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=self.directory)
+        try:
+            with open(handle, "wb") as file:
+                os.fchmod(handle, FILE_MODE)  # mkstemp's mode already; never wider, whatever the umask
+                file.write(data)
+                file.flush()
+                now = time.time_ns()  # to the nanosecond: a voice replaced within a clock tick still differs
+                os.utime(handle, ns=(now, now))
+                os.fsync(handle)
+                status = os.fstat(handle)
+            try:
+                os.link(temporary, path)  # never os.replace: that would overwrite a voice of this name
+            except FileExistsError:
+                raise _taken(path.name.removesuffix(SUFFIX)) from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+        directory = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:  # the new name kept through a power loss
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+        return status
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """The store's lock, held against every other process and thread (each opens the lock file itself)."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        handle = os.open(self.directory / LOCK_NAME, flags, FILE_MODE)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(handle)  # releases the lock
+
+    def _make_private(self) -> None:
+        """The directory created 0700 (a wider one tightened, and its voice files made 0600) and temporaries
+        of writes that never finished (a process killed mid-write) removed; once per process. OSError
+        (logged by the caller) if it cannot be: no voice is written into a directory others can read."""
+        if self._private:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True, mode=DIRECTORY_MODE)
+        mode = stat.S_IMODE(os.stat(self.directory).st_mode)
+        if mode & 0o077:
+            try:
+                os.chmod(self.directory, DIRECTORY_MODE)
+            except OSError as error:
+                raise PermissionError(
+                    f"the voice directory is mode {mode:o} (open to other users) and this process cannot make it "
+                    f"{DIRECTORY_MODE:o} ({error.strerror}): change its mode or owner"
+                ) from None
+            logger.warning(
+                "voice directory %s was mode %o: made %o (voice prints are biometric data)",
+                self.directory, mode, DIRECTORY_MODE,
+            )  # fmt: skip
+        with self._exclusive(), os.scandir(self.directory) as entries:  # no write is under way now
+            for entry in entries:
+                if entry.name.startswith(TEMP_PREFIX) and entry.name.endswith(TEMP_SUFFIX):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                elif (
+                    entry.name.endswith(SUFFIX)
+                    and entry.is_file(follow_symlinks=False)
+                    and stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode) & 0o077
+                ):
+                    os.chmod(entry.path, FILE_MODE)  # a voice written before files were private
+        self._private = True
 
 
 async def save_voice(request: Any, edge: Any) -> StoredVoice:
@@ -232,9 +405,9 @@ async def save_voice(request: Any, edge: Any) -> StoredVoice:
         raise SpeechApiError(400, "ref_text must be a string, the transcript of the audio")
     check_text("ref_text", ref_text, edge.limits.max_input_chars, "speech-max-input-chars")
     x_vector_only = str(fields.get("x_vector_only_mode", "false")).lower() in ("true", "1")
-    store.check_room(name)  # before the encoding's CPU time
+    await edge.voice_files(store.check_room, name)  # before the encoding's CPU time
     request_voice = SpeechRequest(text="Hello.", ref_audio=audio, ref_text=ref_text, x_vector_only_mode=x_vector_only)
     voice = await edge.encode_voice(request_voice)
     # A voice must leave room for text: its prompt is built once here, as a request would build it.
     await edge.prepare(SpeechRequest(text="Hello.", voice=voice), f"voice-check-{name}")
-    return store.save(name, voice, consent.strip())
+    return await edge.voice_files(store.save, name, voice, consent.strip())

@@ -14,8 +14,12 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 WINDOW = (1000, 700)  # the screenshot in docs/serving/browser.md
 
 
-def open_headless_chromium(profile: Path, *, log_path: Path | None = None, console_log: bool = False) -> Any:
-    """A Selenium driver of headless Chromium with a fresh profile in ``profile``; ``log_path``: chromedriver's log."""
+def open_headless_chromium(
+    profile: Path, *, log_path: Path | None = None, console_log: bool = False, network_log: bool = False
+) -> Any:
+    """A Selenium driver of headless Chromium with a fresh profile in ``profile``; ``log_path``: chromedriver's log;
+    ``console_log``: the page's console as ``driver.get_log("browser")``; ``network_log``: DevTools' Network events
+    (requests with their URL and headers, responses with theirs) as ``driver.get_log("performance")``."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -37,7 +41,10 @@ def open_headless_chromium(profile: Path, *, log_path: Path | None = None, conso
         f"--user-data-dir={profile}",
     ):
         options.add_argument(flag)
-    if console_log:
-        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    logs = {"browser": "ALL"} if console_log else {}
+    if network_log:
+        logs["performance"] = "ALL"  # chromedriver logs the Network domain by default
+    if logs:
+        options.set_capability("goog:loggingPrefs", logs)
     service = Service(str(CHROMEDRIVER), log_output=str(log_path)) if log_path else Service(str(CHROMEDRIVER))
     return webdriver.Chrome(service=service, options=options)

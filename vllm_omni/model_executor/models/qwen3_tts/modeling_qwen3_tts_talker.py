@@ -73,6 +73,12 @@ def check_engine(vllm_config) -> None:
             "CUDA graphs would replay the talker's forward without its per-request steps (code predictor, frame "
             "state): pass enforce_eager=True (--enforce-eager)"
         )
+    if getattr(vllm_config.scheduler_config, "async_scheduling", False):
+        problems.append(
+            "async scheduling (vLLM's GPU default) gives the talker output-token lists with -1 placeholders for "
+            "tokens not yet resolved, and the talker reads a request's last token to know it finished: pass "
+            "async_scheduling=False (--no-async-scheduling)"
+        )
     if vllm_config.speculative_config is not None:
         problems.append("speculative decoding is not supported by the talker")
     if vllm_config.parallel_config.tensor_parallel_size != 1 or vllm_config.parallel_config.pipeline_parallel_size != 1:
@@ -261,16 +267,21 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
             known_frames = made = len(state.frames)
             for index in range(generated, end):
                 step = host_positions[index] - state.prompt_len
+                if state.failure is not None:  # ended at its next sampling: inputs that harm nobody meanwhile
+                    prompt_index.extend(range(index, end))
+                    break
                 if step < known_frames:
                     known.append((index, state, step))
                 elif step == made == known_frames and state.last_hidden is not None:  # one new frame per row
                     new.append((index, state, step, row))
                     made += 1
-                else:
-                    raise RuntimeError(
+                else:  # this request's state is inconsistent: it fails, the engine and the others go on
+                    state.fail(
                         f"talker request {state.spec.request_key}: frame {step} requested with {len(state.frames)} "
-                        "frames known; the engine fed positions out of order"
+                        "frames known; the request ends here"
                     )
+                    prompt_index.extend(range(index, end))
+                    break
             if host_positions[end - 1] == state.prompt_len + made - 1:
                 layout.frontier.append((row, state))
         prompt_index.extend(range(starts[-1] if starts else 0, ids.shape[0]))  # padding, or a run without rows
@@ -318,9 +329,9 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         text_ids = []
         for _, state, step in generated:
             trailing = state.spec.trailing_text_ids
-            if step >= len(trailing) and state.spec.text_open and state.failure is None:
+            if step >= len(trailing) and state.spec.text_open:
                 # Its chunk's max_tokens stops a text stream before a step whose text is unknown: never a pad here.
-                state.failure = f"talker request {state.spec.request_key}: step {step} ran before its text arrived"
+                state.fail(f"talker request {state.spec.request_key}: step {step} ran before its text arrived")
             text_ids.append(trailing[step] if step < len(trailing) else self.tts_pad_token_id)
         text = torch.tensor(text_ids, dtype=torch.long, device=codes.device)
         summed = self.model.codec_embedding(codes[:, 0]) + self.code_predictor.residual_embeddings(codes[:, 1:])

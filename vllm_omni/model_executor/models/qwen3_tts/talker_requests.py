@@ -168,6 +168,12 @@ class TalkerRequestState:
         # Distinct from the codebook-0 stream vLLM seeds with `seed`; 62 bits keep the int64 hash positive.
         self.seed = ((self.spec.seed + 1) if self.spec.seed is not None else secrets.randbits(62)) & ((1 << 62) - 1)
 
+    def fail(self, message: str) -> None:
+        """This request cannot go on: logged once, and ended with EOS at its next sampling (the others go on)."""
+        if self.failure is None:
+            logger.error("%s", message)
+            self.failure = message
+
     def continue_with(self, spec: TalkerRequestSpec, max_tokens: int | None) -> None:
         """The next chunk of a text stream: its spec may only add text (and close it) to this one's."""
         old = self.spec
@@ -178,7 +184,7 @@ class TalkerRequestState:
             or spec.tokens_before != len(self.frames) + 1
             or replace(spec, trailing_text_ids=known, text_open=True, tokens_before=0) != replace(old, tokens_before=0)
         ):
-            self.failure = (
+            self.fail(
                 f"talker request {spec.request_key}: a chunk of its text stream does not continue it (only more "
                 "text may follow, at the frame where the last chunk stopped); the request ends here"
             )
@@ -305,7 +311,7 @@ class TalkerBatch:
         if state is None:
             state = TalkerRequestState(spec, len(prompt_ids or ()), params.max_tokens, output_ids)
             if spec.tokens_before:  # a later chunk of a text stream whose state is gone (dropped while paused)
-                state.failure = (
+                state.fail(
                     f"talker request {spec.request_key}: its state was dropped while it waited for text "
                     f"({spec.tokens_before} tokens made); the request ends here"
                 )
@@ -417,7 +423,6 @@ class Qwen3TTSLogitsProcessor(_logits_processor_base()):
         logits = apply_codebook0_rules(logits, TALKER_BATCH.tables, self.codec_vocab, self.eos)
         for row, state in TALKER_BATCH.rows.items():
             if state.failure is not None and row < logits.shape[0]:  # end it: the others go on
-                logger.error("%s", state.failure)
                 logits[row] = float("-inf")
                 logits[row, self.eos] = 0.0
         return logits
