@@ -8,7 +8,7 @@ RANDOM WEIGHTS: a checkpoint written by ``make_checkpoint --talker tiny`` (reuse
 ``vllm serve CKPT --omni --edge-hardware browser,cpu_x86_64`` (its plans built at the first start, kept under
 ``--out``); Debian's chromium and chromedriver (``make setup-browser``), Selenium from the serving venv.
 
-Measured, in order, on one page (``/edge/browser/``, its ``window.edgeTest`` hook):
+Measured, in order, on one page (``/edge/browser/#api_key=KEY&edge_test=1``, its ``window.edgeTest`` hook):
 
 - plan load (fetch, sha256 in WebCrypto, a worker and its onnxruntime-web session): cold, the page's first
   load in a fresh browser profile; cached, ``reloadPlan()`` with the verified files in Cache Storage;
@@ -203,7 +203,8 @@ def run(args: argparse.Namespace) -> dict:
             blank = memory.sample()
             memory.reset()
             driver.set_page_load_timeout(120)
-            driver.get(f"{url}/edge/browser/?api_key={urllib.parse.quote(KEY)}")  # a fresh profile: a cold load
+            # a fresh profile: a cold load; the key in the fragment (no request carries it), the test hook asked for
+            driver.get(f"{url}/edge/browser/#api_key={urllib.parse.quote(KEY)}&edge_test=1")
             page_call(driver, "await window.edgeTest.ready; return true;")
             result["browser"] = page_call(
                 driver,
@@ -220,6 +221,8 @@ def run(args: argparse.Namespace) -> dict:
             assert sorted(cached["cached"]) == sorted(files), cached
             result["plan_load_seconds"] = {"cold": spoken["planSeconds"], "cached": cached["planSeconds"]}
             print(f"[bench] plan load: cold {spoken['planSeconds']:.2f} s, cached {cached['planSeconds']:.2f} s")
+            # the page keeps an utterance's first 512 frames (and their PCM) for its test hook, no more
+            assert spoken["captureComplete"], f"{spoken['frameCount']} frames: lower --max-model-len"
             frames = np.asarray(spoken["frames"], dtype=np.int64)
             audio_seconds = len(spoken["pcm"]) / plan["sample_rate"]
             result["speak"] = {

@@ -1,8 +1,11 @@
 """The ``browser`` hardware class end to end: a loopback ``vllm serve --omni --edge-hardware browser`` serves the
 page, and Debian's headless Chromium (``make setup-browser``) decodes the codec stream in onnxruntime-web.
 
-The page's test hook (``window.edgeTest``, ``web/page/app.mjs``) returns what it received and decoded; its PCM
-must equal the full decode of the same frames in Python (>= 100 dB) for two utterances and a cancelled one.
+The page's test hook (``window.edgeTest``, ``web/page/app.mjs``; installed by ``#edge_test=1`` in the address)
+returns what it received and decoded; its PCM must equal the full decode of the same frames in Python (>= 100 dB)
+for two utterances and a cancelled one. The API key travels in no URL: the page takes it from the address's
+fragment, and the key is in no server log line, URL, Referer or response header of the page's requests; the page
+holds a bounded amount of audio however long it speaks.
 Hostile input shows on the page and leaves it usable: a wrong key, an artifact that no longer matches the plan's
 sha256, and recordings a server never sends (a sequence gap, a cut-off stream) fed through ``playRecording``,
 the WebSocket's code path from the parser on.
@@ -44,6 +47,26 @@ MIN_SNR_DB = 100.0
 # Short utterances: the random talker rarely stops by itself, so the model length bounds each one.
 SERVE_ARGS = ["--max-model-len", "160"]
 UTTERANCES = (("Hello there, this is a test.", "Ryan"), ("Good morning, how are you?", "Vivian"))
+TEST_HOOK = "edge_test=1"  # the page installs window.edgeTest only when its address's fragment asks
+PAGE_CAPTURE_FRAMES = 512  # app.mjs CAPTURE_FRAMES: the frames (and their PCM) an utterance keeps for a test
+
+
+def page_url(server) -> str:
+    """The page with the key in its fragment (never sent to the server) and the test hook."""
+    return f"{server.url}/edge/browser/#api_key={urllib.parse.quote(KEY)}&{TEST_HOOK}"
+
+
+def assert_page_headers(path: str, headers: dict[str, str]) -> None:
+    """The headers every answer of the page's routes carries: isolation, no referrer, the same-origin CSP."""
+    headers = {name.lower(): value for name, value in headers.items()}
+    for name, value in ISOLATION_HEADERS.items():
+        assert headers.get(name.lower()) == value, (path, name, headers)
+    assert headers.get("referrer-policy") == "no-referrer", (path, headers)
+    policy = [d.strip() for d in headers.get("content-security-policy", "").split(";")]
+    assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy, (path, policy)
+    assert "script-src 'self' 'wasm-unsafe-eval'" in policy and "object-src 'none'" in policy, (path, policy)
+    connect = next(d for d in policy if d.startswith("connect-src "))
+    assert connect.split()[1] == "'self'" and all(s.startswith(("ws://", "wss://")) for s in connect.split()[2:])
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +109,18 @@ def test_the_page_and_its_runtime_are_served_with_isolation_headers(server):
         assert status == 200, (path, status, body[:200])
         assert body == file.read_bytes(), path
         assert headers["content-type"].startswith(kind or "application/wasm"), (path, headers["content-type"])
-        for name, value in ISOLATION_HEADERS.items():
-            assert headers[name.lower()] == value, (path, name)
+        assert_page_headers(path, headers)
     status, headers, body = fetch(server, f"/edge/browser/{wasm}", "HEAD")
     assert (status, body, int(headers["content-length"])) == (200, b"", page.files[wasm].stat().st_size)
-    status, headers, _ = fetch(server, "/edge/browser?api_key=abc")  # the page's relative URLs need the slash
-    assert (status, headers["location"]) == (308, "/edge/browser/?api_key=abc")
+    assert_page_headers("HEAD", headers)
+    status, headers, _ = fetch(server, "/edge/browser/no-such-file.html")
+    assert status == 404
+    assert_page_headers("404", headers)
+    # The page's relative URLs need the slash; the query is not carried on: a key put there is not sent again.
+    for path in ("/edge/browser?api_key=abc", "/edge/browser?threads=2&api_key=abc", "/edge/browser"):
+        status, headers, _ = fetch(server, path)
+        assert (status, headers["location"]) == (308, "/edge/browser/"), (path, headers)
+        assert_page_headers(path, headers)
 
 
 def test_only_the_page_files_are_served(server, repo_root):
@@ -169,22 +198,27 @@ def test_start_without_the_page_files_stops_in_one_line(talker_checkpoint, tmp_p
 
 @pytest.fixture(scope="module")
 def browser(server, tmp_path_factory: pytest.TempPathFactory):
-    """Headless Chromium on the served page (``?api_key=KEY``), once its hook is ready."""
+    """Headless Chromium on the served page (``#api_key=KEY&edge_test=1``), once its hook is ready."""
     log = tmp_path_factory.mktemp("chromedriver") / "chromedriver.log"
     profile = tmp_path_factory.mktemp("chromium-profile")
     driver = open_headless_chromium(profile, log_path=log, console_log=True)
     try:
         driver.set_page_load_timeout(PAGE_LOAD_S)
-        driver.get(f"{server.url}/edge/browser/?api_key={urllib.parse.quote(KEY)}")
-        ready = call(driver, "await window.edgeTest.ready; return true;", timeout=PAGE_LOAD_S, wait_for_hook=True)
-        assert ready is True, f"the page's edgeTest.ready failed: {ready}\n{console(driver)}"
-        shown = status_text(driver)
-        assert "error" not in (driver.find_element("id", "status").get_attribute("class") or ""), (
-            f"the page opened with ?api_key=KEY is not ready: #status says {shown!r}\n{console(driver)}"
-        )
+        open_page(driver, page_url(server))
         yield driver
     finally:
         driver.quit()
+
+
+def open_page(driver, url: str) -> None:
+    """``url`` (the key in its fragment), once the page's hook is ready and its status shows no error."""
+    driver.get(url)
+    ready = call(driver, "await window.edgeTest.ready; return true;", timeout=PAGE_LOAD_S, wait_for_hook=True)
+    assert ready is True, f"the page's edgeTest.ready failed: {ready}\n{console(driver)}"
+    shown = status_text(driver)
+    assert "error" not in status_class(driver), (
+        f"the page opened with #api_key=KEY is not ready: #status says {shown!r}\n{console(driver)}"
+    )
 
 
 def call(driver, body: str, *args, timeout: float, wait_for_hook: bool = False):
@@ -248,6 +282,7 @@ def full_decode(talker_checkpoint: Path):
 def assert_decodes_exactly(result: dict, full_decode, label: str) -> float:
     """The page's PCM of ``result`` against the full decode of its frames; the SNR in dB."""
     assert not result.get("error"), f"{label}: {result.get('error')}"
+    assert result["captureComplete"] and result["frameCount"] == len(result["frames"]), (label, result["frameCount"])
     frames = np.asarray(result["frames"], dtype=np.int64)
     assert frames.ndim == 2 and frames.shape[0] > 0 and frames.shape[1] == 16, (label, frames.shape)
     pcm = np.asarray(result["pcm"], dtype=np.float32)
@@ -428,3 +463,141 @@ def test_stream_as_typed_is_one_segment_that_decodes_exactly(browser, full_decod
     assert status_text(browser).startswith(f"Done (complete): {frames} frames")
     print(f"streamed as typed: {result['textPieces']} -> {frames} frames, {result['framesAtEnd']} before end; "
           f"{snr:.1f} dB; first audio {result['firstAudioSeconds']:.3f} s")  # fmt: skip
+
+
+# -- the API key travels in no URL; the page holds a bounded amount of audio --------------------------------
+
+
+def network_events(driver) -> list[tuple[str, dict]]:
+    """DevTools' Network events since the last call (``open_headless_chromium(network_log=True)``): (method, params)."""
+    events = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message.get("method", "").startswith("Network."):
+            events.append((message["method"], message.get("params", {})))
+    return events
+
+
+def lowered(headers: dict | None) -> dict[str, str]:
+    return {str(name).lower(): str(value) for name, value in (headers or {}).items()}
+
+
+def test_the_api_key_travels_in_no_url_referer_log_or_response(server, full_decode, tmp_path):
+    """The page opened as ``/edge/browser#api_key=KEY`` (the redirect to ``/edge/browser/`` keeps the fragment in
+    the browser) speaks with the key; the key (as written, URL-quoted or base64url as in the WebSocket's
+    subprotocol) is in no line the server logged, no URL the page asked for, no Referer (there is none: the page's
+    answers say ``Referrer-Policy: no-referrer``) and no response header; every answer of the page's routes
+    carries that policy and the same-origin CSP; the key leaves the address bar. A key in the query is ignored and
+    the page says so without it."""
+    log_start = server.log.stat().st_size
+    driver = open_headless_chromium(tmp_path / "profile", log_path=tmp_path / "chromedriver.log", console_log=True,
+                                    network_log=True)  # fmt: skip
+    try:
+        driver.set_page_load_timeout(PAGE_LOAD_S)
+        open_page(driver, f"{server.url}/edge/browser#api_key={urllib.parse.quote(KEY)}&{TEST_HOOK}")
+        assert driver.execute_script("return location.href;") == f"{server.url}/edge/browser/#{TEST_HOOK}"
+        assert driver.find_element("id", "api-key").get_attribute("value") == KEY  # the field holds it
+        assert_decodes_exactly(speak(driver, *UTTERANCES[0]), full_decode, "a page keyed by its fragment")
+        events = network_events(driver)
+        refused = [line for line in console(driver).splitlines() if "Content Security Policy" in line]
+        assert not refused, f"the page broke its own CSP: {refused}"
+
+        # A key in the query: the server has it (the request carried it), the page does not use it, says so, and
+        # drops it from the address; without #edge_test=1 the page has no test hook.
+        query_key = "query-key-456"
+        driver.get(f"{server.url}/edge/browser/?api_key={query_key}&threads=1")
+        deadline = time.monotonic() + PAGE_LOAD_S
+        while "ignored" not in (shown := status_text(driver) or "") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "?api_key=" in shown and "ignored" in shown and query_key not in shown, shown
+        assert "401" in shown and "error" in status_class(driver), shown  # no key was used
+        assert driver.find_element("id", "api-key").get_attribute("value") == ""
+        assert driver.execute_script("return [location.href, window.edgeTest === undefined];") == [
+            f"{server.url}/edge/browser/?threads=1", True]  # fmt: skip
+    finally:
+        driver.quit()
+
+    forms = {KEY, urllib.parse.quote(KEY, safe=""), bearer(KEY).removeprefix("bearer.")}
+    urls, referers, page_responses = [], [], []
+    answers: list[tuple[str, dict]] = []  # (url, response headers)
+    for method, params in events:
+        request = params.get("request") or {}
+        response = params.get("response") or params.get("redirectResponse") or {}
+        named = (request.get("url"), response.get("url"), params.get("documentURL"), params.get("url"))
+        urls += [u for u in named if u]
+        sent = lowered(request.get("headers"))
+        if method == "Network.requestWillBeSentExtraInfo":  # the headers as sent
+            sent |= lowered(params.get("headers"))
+        if sent.get("referer"):  # DevTools lists an empty one where none is sent
+            referers.append((request.get("url"), sent["referer"]))
+        if response:
+            answers.append((response.get("url", ""), lowered(response.get("headers"))))
+        if method == "Network.responseReceivedExtraInfo":
+            answers.append(("(raw)", lowered(params.get("headers"))))
+    for url, headers in answers:
+        if urllib.parse.urlsplit(url).path.startswith("/edge/browser"):
+            page_responses.append(url)
+            assert_page_headers(url, headers)
+    paths = {urllib.parse.urlsplit(u).path for u in urls}
+    assert {"/edge/browser", "/edge/browser/", "/edge/browser/app.mjs", "/v1/audio/voices"} <= paths, sorted(paths)
+    assert "/v1/audio/speech/stream" in paths and any(u.startswith("ws://") for u in urls), sorted(paths)
+    assert len(page_responses) >= 4 and any(u.endswith("/edge/browser") for u in page_responses), page_responses
+    assert not referers, f"requests sent a Referer: {referers}"
+    for form in forms:
+        assert not [u for u in urls if form in u], f"the key ({form}) is in a URL the page asked for"
+        assert not [h for _, h in answers if form in json.dumps(h)], f"the key ({form}) is in a response header"
+    logged = server.log.read_bytes()[log_start:].decode(errors="replace")
+    # The access log has every request, the decoder worker's too (DevTools' log here has the page's only).
+    for request in ("GET /edge/browser HTTP", "GET /edge/browser/decoder_worker.mjs", "GET /edge/browser/ort/ort-"):
+        assert request in logged, f"the server log has no {request!r}: no access log to check?"
+    for form in forms:
+        assert form not in logged, f"the server logged the key ({form})"
+    print(f"key check: {len(events)} network events, {len(set(urls))} URLs, {len(page_responses)} page answers, "
+          f"{len(logged.splitlines())} server log lines, no key anywhere")  # fmt: skip
+
+
+# Sentence mode: each sentence its own request (and segment), each bounded by the model length.
+OPENINGS = ("This", "Then a", "Another", "Yet another", "One more", "Still a", "And a", "Last comes a")
+LONG_TEXT = " ".join(f"{opening} sentence number {n} goes on for a while." for n, opening in enumerate(OPENINGS, 1))
+
+WATCH_MEMORY = """
+const samples = [];
+let done = false;
+const spoken = window.edgeTest.speak(args[0], {voice: args[1]}).finally(() => { done = true; });
+while (!done) {
+  samples.push(window.edgeTest.memory());
+  await new Promise((r) => setTimeout(r, 100));
+}
+const r = await spoken;
+samples.push(window.edgeTest.memory());
+return {samples, result: {frameCount: r.frameCount, sampleCount: r.sampleCount, frames: r.frames.length,
+  pcm: r.pcm.length, captureComplete: r.captureComplete, error: r.error, doneReason: r.doneReason}};
+"""
+
+
+def test_a_long_stream_holds_a_bounded_amount_of_audio(browser):
+    """One utterance of many sentences, longer than the page keeps for a test: while its frames arrive, the frames
+    and samples the page holds (``edgeTest.memory()``) stay under a fixed bound (the first CAPTURE_FRAMES frames
+    of the utterance and their PCM, plus the last typed result), however many it received."""
+    before = call(browser, "return window.edgeTest.memory();", timeout=30)
+    assert isinstance(before, dict) and "thrown" not in before, before
+    assert before["captureFrames"] == PAGE_CAPTURE_FRAMES and before["samplesPerFrame"] > 0, before
+    cap_frames, per_frame = PAGE_CAPTURE_FRAMES, before["samplesPerFrame"]
+    assert before["frames"] <= cap_frames and before["samples"] <= cap_frames * per_frame, before  # held from before
+    watched = call(browser, WATCH_MEMORY, LONG_TEXT, "Ryan", timeout=SPEAK_S * 3)
+    assert isinstance(watched, dict) and "thrown" not in watched, f"{watched}\n{console(browser)}"
+    result, samples = watched["result"], watched["samples"]
+    assert not result["error"] and result["doneReason"] == "complete", result
+    assert result["frameCount"] > cap_frames, f"the stream was too short to show the bound: {result}"
+    assert (result["frames"], result["captureComplete"]) == (cap_frames, False), result
+    assert result["pcm"] <= cap_frames * per_frame and result["sampleCount"] > result["pcm"], result
+    received = [s["framesReceived"] - before["framesReceived"] for s in samples]
+    assert received[-1] == result["frameCount"] and received == sorted(received), received
+    bound_frames, bound_samples = before["frames"] + cap_frames, before["samples"] + cap_frames * per_frame
+    for sample in samples:
+        assert sample["frames"] <= bound_frames and sample["samples"] <= bound_samples, (sample, bound_frames)
+    growing = [s for s in samples if s["framesReceived"] - before["framesReceived"] > cap_frames]
+    assert growing, "no sample was taken after the bound was passed"
+    print(f"long stream: {result['frameCount']} frames, {result['sampleCount']} samples received and decoded; "
+          f"held at most {max(s['frames'] for s in samples)} frames, {max(s['samples'] for s in samples)} samples "
+          f"(bound {bound_frames}, {bound_samples}) over {len(samples)} readings")  # fmt: skip

@@ -1,4 +1,5 @@
-"""The browser page's allow-list: which files of the web folder are served, and a clear error when one is missing."""
+"""The browser page's allow-list: which files of the web folder are served, and a clear error when one is missing;
+the headers of its answers."""
 
 from __future__ import annotations
 
@@ -6,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni.entrypoints.browser_page import WEB_DIR_ENV, BrowserPage, BrowserPageError, content_type, web_dir
+from vllm_omni.entrypoints.browser_page import (
+    ISOLATION_HEADERS,
+    WEB_DIR_ENV,
+    BrowserPage,
+    BrowserPageError,
+    content_type,
+    page_headers,
+    web_dir,
+)
 
 ORT = "node_modules/onnxruntime-web/dist"
 
@@ -70,3 +79,31 @@ def test_the_web_folder_is_the_checkouts_unless_overridden(monkeypatch, tmp_path
     assert web_dir() == repo_root / "web"
     monkeypatch.setenv(WEB_DIR_ENV, str(tmp_path))
     assert web_dir() == tmp_path
+
+
+def test_the_answers_allow_the_pages_own_origin_and_send_no_referrer():
+    headers = page_headers("127.0.0.1:8000")
+    assert ISOLATION_HEADERS.items() <= headers.items() and headers["Referrer-Policy"] == "no-referrer"
+    assert headers["Content-Security-Policy"] == (
+        "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; worker-src 'self'; "
+        "connect-src 'self' ws://127.0.0.1:8000 wss://127.0.0.1:8000; style-src 'self'; img-src 'self'; "
+        "object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+    for host in ("example.com", "[::1]:8000", "a-b.example:443"):
+        assert f"connect-src 'self' ws://{host} wss://{host};" in page_headers(host)["Content-Security-Policy"]
+    # A Host header that could change the policy is not named: 'self' alone then.
+    for host in ("evil; script-src *", "a b", "x'y", "h,i", "-x", "", None, "[::1", "x:99999999"):
+        assert "connect-src 'self'; " in page_headers(host)["Content-Security-Policy"], host
+
+
+def test_a_key_in_a_query_is_redacted_from_the_access_log():
+    import logging
+
+    from vllm_omni.entrypoints.server_logs import quiet_known_noise
+
+    quiet_known_noise()
+    access = logging.getLogger("uvicorn.access")
+    record = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d', None, None)
+    record.args = ("127.0.0.1:5", "GET", "/edge/browser/?threads=2&api_key=s3cret&x=1", "1.1", 200)
+    assert all(f.filter(record) for f in access.filters)
+    assert "s3cret" not in record.getMessage() and "api_key=REDACTED&x=1" in record.getMessage()

@@ -11,15 +11,28 @@
 // appended as a `text` piece, Speak or Enter sends `end`, Stop sends `cancel` (docs/serving/browser.md says how
 // edits that are not appends are handled: TypedUtterance below).
 //
-// window.edgeTest (the test hook the Python browser test drives):
+// The address: `#api_key=KEY` fills the key field (a fragment is in no request: no server log, no Referer),
+// then leaves the address bar and this tab's history; `?api_key=` is ignored (the status line says so);
+// `?threads=N` sets the WASM threads; `#edge_test=1` installs the test hook below.
+//
+// Memory: the page keeps counts of what it decoded, not the audio: PCM goes to the AudioWorklet, which drops
+// what it played. Only with the test hook does an utterance keep frames and PCM for the test to read, and then
+// at most its first CAPTURE_FRAMES frames and their PCM (Capture), so a session of any length holds a bounded
+// amount of audio.
+//
+// window.edgeTest (the test hook the Python browser test drives; only with `#edge_test=1` in the address):
 //   ready: Promise<void>        the first plan load and voice list were attempted (errors are in #status)
-//   speak(text, {voice, cancelAfterFrames}) -> {frames, pcm, firstAudioSeconds, rtf, bytes, planSeconds, error,
-//        doneReason, segmentEnds, resets}
+//   speak(text, {voice, cancelAfterFrames}) -> {frameCount, sampleCount, frames, pcm, captureComplete,
+//        firstAudioSeconds, rtf, bytes, planSeconds, error, doneReason, segmentEnds, resets}: frames, pcm,
+//        segmentEnds and resets cover the first CAPTURE_FRAMES frames (captureComplete: all of them)
 //   playRecording(bytes: number[]) -> as speak: a codec-stream recording ("QCS\x01" framing) through the same
 //        parser, decoder worker and status line as the WebSocket's messages (hostile and cut-off streams)
 //   setApiKey(key), reloadPlan({threads}) -> {planSeconds, threads, cached, error}   (threads: as ?threads=N)
 //   typedResult() -> as speak, plus {textPieces, framesAtEnd}, of the last utterance streamed as typed (null:
 //        none yet), once it is over: the pieces sent, and the frames received when `end` was sent
+//   memory() -> {frames, samples, framesReceived, samplesDecoded, captureFrames, samplesPerFrame}: the frames and
+//        samples the page holds now (the utterance in progress and the last typed result), and how many it has
+//        received and decoded since it loaded
 
 import { loadPlan } from "./edge/plan.mjs";
 import { CodecStreamError, CodecStreamParser } from "./edge/stream.mjs";
@@ -29,6 +42,7 @@ const SUBPROTOCOL = "qwen3-tts-codec-stream";
 const CACHE_NAME = "vllm-omni-edge-plans";
 const JITTER_SECONDS = 0.2;
 const RECORDING_PIECE_BYTES = 4096;
+const CAPTURE_FRAMES = 512; // with the test hook: the frames (and their PCM) an utterance keeps for the test
 const MAX_PIECE_CHARS = 4096; // the server's default piece limit (--speech-max-input-chars): longer pastes split
 // The word being typed (held back until it ends, so fixing it is no edit of sent text): letters, digits, marks,
 // apostrophes and hyphens, except in scripts written without spaces (Han and kana are sent as they come).
@@ -51,12 +65,61 @@ const ui = {
   details: $("details"),
 };
 
+// -- the page's address -----------------------------------------------------------------------------------
+
+/** The address's fragment as [name, value, raw part] (no `+` as space: a key may hold one). */
+function fragmentParts(hash) {
+  const parts = [];
+  for (const raw of hash.replace(/^#/, "").split("&")) {
+    if (!raw) continue;
+    const at = raw.indexOf("=");
+    const [name, value] = at < 0 ? [raw, ""] : [raw.slice(0, at), raw.slice(at + 1)];
+    try {
+      parts.push([decodeURIComponent(name), decodeURIComponent(value), raw]);
+    } catch {
+      parts.push([name, value, raw]);
+    }
+  }
+  return parts;
+}
+
+/**
+ * What the address asks for. `#api_key=KEY` fills the key field, then leaves the address bar and this tab's
+ * history (history.replaceState). `?api_key=` is not used: the request for the page has already carried it to
+ * the server (its access log); it leaves the address too, and `notice` says why without the key.
+ */
+function readAddress() {
+  const url = new URL(location.href);
+  const parts = fragmentParts(url.hash);
+  const key = parts.findLast(([name]) => name === "api_key")?.[1] ?? "";
+  const queryKey = url.searchParams.has("api_key");
+  if (queryKey || parts.some(([name]) => name === "api_key")) {
+    url.searchParams.delete("api_key");
+    url.hash = parts
+      .filter(([name]) => name !== "api_key")
+      .map(([, , raw]) => raw)
+      .join("&");
+    history.replaceState(history.state, "", url);
+  }
+  if (key) ui.apiKey.value = key;
+  return {
+    threads: url.searchParams.has("threads") ? Number.parseInt(url.searchParams.get("threads"), 10) || null : null,
+    testHooks: parts.some(([name, value]) => name === "edge_test" && value === "1"),
+    notice: queryKey
+      ? "The API key in the address's query (?api_key=) is ignored: a query is sent to the server and kept in " +
+        "its logs. Open the page as /edge/browser/#api_key=KEY or type the key in the field."
+      : null,
+  };
+}
+
+const address = readAddress();
+
 const state = {
   plan: null, // the loaded plan, once its worker decodes with it
   planSeconds: null,
   worker: null,
   workerInfo: null,
-  threads: null, // WASM threads asked for (?threads=N or reloadPlan({threads})); null: the worker's default
+  threads: address.threads, // WASM threads asked for (?threads=N, reloadPlan({threads})); null: the worker's default
   planLoading: null, // Promise of the load in progress
   busy: false,
   cancel: null, // cancels the utterance in progress
@@ -66,6 +129,10 @@ const state = {
   lastTyped: null, // the last TypedUtterance (its `done` gives the result)
   typedSaid: null, // the field's text the last one sent: the next one starts after it while the field does
   typedFailed: false, // the last one ended in an error: typing opens no session until Speak or the box is toggled
+  notice: address.notice, // said with the first status after loading (a key in the query, ignored)
+  capture: null, // the Capture of the utterance in progress (test hook only)
+  framesReceived: 0, // since the page loaded: counts, not audio
+  samplesDecoded: 0,
 };
 
 // -- status line --------------------------------------------------------------------------------------
@@ -271,6 +338,40 @@ function checkStart(start, plan) {
 }
 
 /**
+ * What a test reads of an utterance (the test hook only): its first CAPTURE_FRAMES frames, the PCM decoded
+ * from them, and the frames received at each segment end and reset among them. Once a frame is left out
+ * (`complete` false) nothing more is kept, the PCM of the message holding that frame included: an utterance
+ * holds at most CAPTURE_FRAMES frames and CAPTURE_FRAMES x samples-per-frame samples, however long it is.
+ */
+class Capture {
+  constructor() {
+    this.frames = [];
+    this.pcm = [];
+    this.segmentEnds = [];
+    this.resets = [];
+    this.complete = true;
+  }
+
+  addFrames(frames, count, q) {
+    for (let t = 0; t < count; t++) {
+      if (this.frames.length >= CAPTURE_FRAMES) {
+        this.complete = false;
+        return;
+      }
+      this.frames.push(Array.from(frames.subarray(t * q, (t + 1) * q)));
+    }
+  }
+
+  addPcm(pcm) {
+    if (this.complete) for (const sample of pcm) this.pcm.push(sample);
+  }
+
+  mark(list, received) {
+    if (this.complete && list.length < CAPTURE_FRAMES) list.push(received);
+  }
+}
+
+/**
  * Decode and play one codec stream, whatever carries it. `source.open(sink)` starts the stream and returns
  * `{cancel(), close()}`; the source hands every message (or piece of a recording) to
  * `sink.message(bytes, read)`, where `read(parser)` returns the events it completes, and reports the end of
@@ -279,37 +380,43 @@ function checkStart(start, plan) {
  */
 async function runUtterance(source, { cancelAfterFrames = null } = {}) {
   const result = {
-    frames: [],
-    pcm: [],
+    frameCount: 0, // frames received
+    sampleCount: 0, // samples decoded
     firstAudioSeconds: null,
     rtf: null,
     bytes: 0,
     planSeconds: state.planSeconds,
     error: null,
     doneReason: null,
-    segmentEnds: [], // frames received when a segment end or end of stream flushed the decoder
-    resets: [], // frames received when a reset flag dropped the decoder's state
   };
   if (state.busy) return { ...result, error: "already speaking: Stop first" };
+  // The test hook's capture: the frames and PCM, the frames received when a segment end or end of stream flushed
+  // the decoder (segmentEnds) and when a reset flag dropped its state (resets), within CAPTURE_FRAMES.
+  const capture = address.testHooks ? new Capture() : null;
+  if (capture) {
+    const { frames, pcm, segmentEnds, resets } = capture;
+    Object.assign(result, { frames, pcm, segmentEnds, resets, captureComplete: true });
+  }
   state.busy = true;
+  state.capture = capture;
   state.stopRequested = false;
   setSpeaking(true);
   const started = performance.now();
   let decodeSeconds = 0;
-  let samples = 0;
   let control = null;
-  const received = () => result.frames.length;
+  const received = () => result.frameCount;
   const addPcm = (pcm, seconds) => {
     decodeSeconds += seconds;
     if (!pcm.length) return;
     if (result.firstAudioSeconds === null) result.firstAudioSeconds = (performance.now() - started) / 1000;
-    samples += pcm.length;
-    for (const sample of pcm) result.pcm.push(sample);
-    play({ type: "pcm", samples: pcm }, [pcm.buffer]);
+    result.sampleCount += pcm.length;
+    state.samplesDecoded += pcm.length;
+    capture?.addPcm(pcm);
+    play({ type: "pcm", samples: pcm }, [pcm.buffer]); // the worklet drops what it played
   };
   const update = () => {
     const rate = state.plan?.sample_rate ?? 24000;
-    result.rtf = samples ? decodeSeconds / (samples / rate) : null;
+    result.rtf = result.sampleCount ? decodeSeconds / (result.sampleCount / rate) : null;
     showNumbers({ ...result, planSeconds: state.planSeconds });
   };
   try {
@@ -330,13 +437,14 @@ async function runUtterance(source, { cancelAfterFrames = null } = {}) {
       if (event.type === "start") {
         checkStart(event, plan);
       } else if (event.type === "frames") {
-        const q = event.numQuantizers;
-        if (event.flags.reset) result.resets.push(received());
-        for (let t = 0; t < event.count; t++) result.frames.push(Array.from(event.frames.subarray(t * q, (t + 1) * q)));
+        if (event.flags.reset) capture?.mark(capture.resets, received());
+        capture?.addFrames(event.frames, event.count, event.numQuantizers);
+        result.frameCount += event.count;
+        state.framesReceived += event.count;
         const reply = await worker.call("frames", { frames: event.frames, count: event.count, flags: event.flags }, [
           event.frames.buffer,
         ]);
-        if (event.flags.segmentEnd || event.flags.endOfStream) result.segmentEnds.push(received());
+        if (event.flags.segmentEnd || event.flags.endOfStream) capture?.mark(capture.segmentEnds, received());
         addPcm(reply.pcm, reply.seconds);
         if (cancelAfterFrames !== null && received() >= cancelAfterFrames) control?.cancel();
       } else if (event.type === "done") {
@@ -395,12 +503,14 @@ async function runUtterance(source, { cancelAfterFrames = null } = {}) {
     }
     play({ type: "end" });
     update();
+    if (capture) result.captureComplete = capture.complete;
+    state.capture = null;
     state.busy = false;
     setSpeaking(false);
   }
-  const seconds = samples / (state.plan?.sample_rate ?? 24000);
+  const seconds = result.sampleCount / (state.plan?.sample_rate ?? 24000);
   if (result.error) showStatus(`Error: ${result.error}`, { error: true });
-  else showStatus(`Done (${result.doneReason}): ${result.frames.length} frames, ${seconds.toFixed(2)} s of audio decoded here.`);
+  else showStatus(`Done (${result.doneReason}): ${result.frameCount} frames, ${seconds.toFixed(2)} s of audio decoded here.`);
   return result;
 }
 
@@ -412,7 +522,7 @@ function socketSource(text, voice, typed = null) {
   return {
     status: typed ? "Speaking as you type: Speak or Enter ends the text..." : "Speaking...",
     open(sink) {
-      if (typed ? typed.ended && !typed.pieces.length : !text.trim()) throw new Error("there is no text to speak");
+      if (typed ? typed.ended && !typed.piecesSent : !text.trim()) throw new Error("there is no text to speak");
       const protocols = [SUBPROTOCOL, ...(apiKey() ? [`bearer.${base64url(apiKey())}`] : [])];
       const scheme = location.protocol === "https:" ? "wss" : "ws";
       const socket = new WebSocket(`${scheme}://${location.host}/v1/audio/speech/stream`, protocols);
@@ -513,13 +623,15 @@ function wordStart(value) {
 class TypedUtterance {
   constructor(said = "") {
     this.said = said;
-    this.pieces = []; // the text pieces sent, in order
+    this.piecesSent = 0;
+    this.pieces = address.testHooks ? [] : null; // the text pieces sent, in order (for the test hook)
     this.ended = false; // `end` (or Stop): nothing more is sent
     this.framesAtEnd = null;
     this.outbox = [];
     this.send = null;
     this.sink = null;
     this.done = null; // Promise of the result, as speak's plus {textPieces, framesAtEnd}
+    this.result = null; // that result, once it is there
   }
 
   attach(send, sink) {
@@ -543,7 +655,8 @@ class TypedUtterance {
     this.said = value.slice(0, upTo);
     for (let i = 0; i < points.length; i += MAX_PIECE_CHARS) {
       const piece = points.slice(i, i + MAX_PIECE_CHARS).join("");
-      this.pieces.push(piece);
+      this.piecesSent += 1;
+      this.pieces?.push(piece);
       this.post({ type: "text", text: piece });
     }
   }
@@ -554,7 +667,7 @@ class TypedUtterance {
     this.update(value, { final: true });
     this.ended = true;
     this.framesAtEnd = this.sink?.received() ?? 0;
-    this.post({ type: this.pieces.length ? "end" : "cancel" });
+    this.post({ type: this.piecesSent ? "end" : "cancel" });
   }
 }
 
@@ -569,7 +682,8 @@ function startTyped(value, said = "") {
     if (state.typed === typed) state.typed = null;
     state.typedFailed = Boolean(result.error); // else every keystroke would open a session failing the same way
     if (!result.error) state.typedSaid = typed.said;
-    return { ...result, textPieces: typed.pieces, framesAtEnd: typed.framesAtEnd };
+    typed.result = { ...result, textPieces: typed.pieces, framesAtEnd: typed.framesAtEnd };
+    return typed.result;
   });
   return typed;
 }
@@ -617,8 +731,10 @@ async function refreshVoicesAndPlan() {
   } catch (error) {
     errors.push(error.message);
   }
-  if (errors.length) showStatus(`Error: ${errors.join("; ")}`, { error: true });
-  else showStatus("Ready.");
+  const notice = state.notice ? `\n${state.notice}` : ""; // #status keeps line breaks
+  state.notice = null; // said once
+  if (errors.length) showStatus(`Error: ${errors.join("; ")}${notice}`, { error: true });
+  else showStatus(`Ready.${notice}`);
   return errors;
 }
 
@@ -646,44 +762,51 @@ ui.reloadPlan.addEventListener("click", async () => {
 });
 ui.apiKey.addEventListener("change", () => loadVoices().catch((error) => showStatus(`Error: ${error.message}`, { error: true })));
 
-// A key given in the page's address (`?api_key=KEY`) fills the field, then leaves the address bar and history.
-const query = new URLSearchParams(location.search);
-if (query.has("threads")) state.threads = Number.parseInt(query.get("threads"), 10) || null;
-const givenKey = query.get("api_key");
-if (givenKey) {
-  ui.apiKey.value = givenKey;
-  const address = new URL(location.href);
-  address.searchParams.delete("api_key");
-  history.replaceState(null, "", address);
-}
-
 const ready = refreshVoicesAndPlan().then(() => undefined);
 
-window.edgeTest = {
-  ready,
-  speak,
-  playRecording: (bytes) => runUtterance(recordingSource(Uint8Array.from(bytes))),
-  typedResult: async () => (state.lastTyped ? await state.lastTyped.done : null),
-  async setApiKey(key) {
-    ui.apiKey.value = key ?? "";
-    try {
-      await loadVoices();
-      if (ui.status.classList.contains("error")) showStatus("Ready.");
-    } catch (error) {
-      showStatus(`Error: ${error.message}`, { error: true });
-    }
-  },
-  async reloadPlan({ threads } = {}) {
-    if (threads !== undefined) state.threads = threads;
-    try {
-      const loaded = await reloadPlan();
-      showStatus("Ready.");
-      return loaded;
-    } catch (error) {
-      showStatus(`Error: ${error.message}`, { error: true });
-      return { planSeconds: null, error: error.message };
-    } finally {
-      if (!state.busy) setSpeaking(false);
-    }
-  },
-};
+/** The frames and samples the page holds: the utterance in progress and the last typed result (test hook). */
+function heldAudio() {
+  const held = [state.capture, state.lastTyped?.result].filter(Boolean);
+  return {
+    frames: held.reduce((sum, { frames }) => sum + (frames?.length ?? 0), 0),
+    samples: held.reduce((sum, { pcm }) => sum + (pcm?.length ?? 0), 0),
+  };
+}
+
+if (address.testHooks) {
+  window.edgeTest = {
+    ready,
+    speak,
+    playRecording: (bytes) => runUtterance(recordingSource(Uint8Array.from(bytes))),
+    typedResult: async () => (state.lastTyped ? await state.lastTyped.done : null),
+    async setApiKey(key) {
+      ui.apiKey.value = key ?? "";
+      try {
+        await loadVoices();
+        if (ui.status.classList.contains("error")) showStatus("Ready.");
+      } catch (error) {
+        showStatus(`Error: ${error.message}`, { error: true });
+      }
+    },
+    async reloadPlan({ threads } = {}) {
+      if (threads !== undefined) state.threads = threads;
+      try {
+        const loaded = await reloadPlan();
+        showStatus("Ready.");
+        return loaded;
+      } catch (error) {
+        showStatus(`Error: ${error.message}`, { error: true });
+        return { planSeconds: null, error: error.message };
+      } finally {
+        if (!state.busy) setSpeaking(false);
+      }
+    },
+    memory: () => ({
+      ...heldAudio(),
+      framesReceived: state.framesReceived,
+      samplesDecoded: state.samplesDecoded,
+      captureFrames: CAPTURE_FRAMES,
+      samplesPerFrame: state.workerInfo?.samplesPerFrame ?? null,
+    }),
+  };
+}
