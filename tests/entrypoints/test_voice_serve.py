@@ -3,25 +3,32 @@
 ``vllm serve`` on a random-weight Base checkpoint whose speech tokenizer is the serving tests' (so their
 CPU plan serves it too). Its decoder geometry makes 500 frames per second of reference audio, so the
 reference is a 0.2 s clip of an espeak-ng recording (100 frames): the engine's 512 positions hold it.
+
+The server runs two API server processes (``--api-server-count 2``), each with its own voice store on the one
+directory: every test here goes through both, and the last ones check that they agree (one upload of a name
+wins, the limits hold, a voice replaced through one is spoken anew by the other).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import http.client
 import io
 import json
 import shutil
 import socket
+import stat
 import urllib.error
 import urllib.request
 import wave
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from vllm_omni.edge.stream import FrameBatch
+from vllm_omni.edge.stream import FrameBatch, iter_events
 
 from .serving import KEY, as_recording, client_speaks_the_full_decode, running_server
 
@@ -32,16 +39,21 @@ REFERENCE_TEXT = "The quick"
 SAY = {"input": "Hello from a cloned voice.", "language": "English", "greedy": True, "max_frames": 20}
 
 
-@pytest.fixture(scope="module")
-def clip() -> bytes:
-    """The first 0.2 s of ref_a (22.05 kHz WAV bytes)."""
-    with wave.open(str(FIXTURES / "ref_a_22k.wav")) as handle:
+def first_fifth_second(name: str) -> bytes:
+    """The first 0.2 s of a fixture recording (22.05 kHz WAV bytes)."""
+    with wave.open(str(FIXTURES / name)) as handle:
         rate, frames = handle.getframerate(), handle.readframes(handle.getnframes())
     out = io.BytesIO()
     with wave.open(out, "wb") as handle:
         handle.setnchannels(1), handle.setsampwidth(2), handle.setframerate(rate)
         handle.writeframes(frames[: int(0.2 * rate) * 2])
     return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def clip() -> bytes:
+    """The first 0.2 s of ref_a."""
+    return first_fifth_second("ref_a_22k.wav")
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +70,13 @@ def base_checkpoint(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFa
 def server(base_checkpoint: Path, talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, shared_plans):
     work = tmp_path_factory.mktemp("voice-serve")
     shared_plans.copy_to(talker_checkpoint, "cpu_x86_64", work / "artifacts" / "cpu_x86_64")
-    with running_server(base_checkpoint, work, "cpu_x86_64", ["--speech-max-voices", "3"]) as server:
+    extra = ["--speech-max-voices", "3", "--api-server-count", "2"]
+    with running_server(base_checkpoint, work, "cpu_x86_64", extra) as server:
         yield server
 
 
-def upload(server, fields: dict, audio: bytes | None) -> tuple[int, dict]:
-    """POST /v1/audio/voices as multipart/form-data."""
+def multipart(fields: dict, audio: bytes | None) -> tuple[bytes, str]:
+    """A voice upload as multipart/form-data: the body and its Content-Type."""
     boundary = "----voice-test-boundary"
     parts = [
         f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
@@ -72,9 +85,14 @@ def upload(server, fields: dict, audio: bytes | None) -> tuple[int, dict]:
     if audio is not None:
         head = f'--{boundary}\r\nContent-Disposition: form-data; name="audio"; filename="ref.wav"\r\n'
         parts.append(head.encode() + b"Content-Type: audio/wav\r\n\r\n" + audio + b"\r\n")
-    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    return b"".join(parts) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+def upload(server, fields: dict, audio: bytes | None) -> tuple[int, dict]:
+    """POST /v1/audio/voices as multipart/form-data."""
+    body, kind = multipart(fields, audio)
     request = urllib.request.Request(server.url + "/v1/audio/voices", data=body, method="POST")
-    request.add_header("Content-Type", f"multipart/form-data; boundary={boundary}")
+    request.add_header("Content-Type", kind)
     request.add_header("Authorization", f"Bearer {KEY}")
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
@@ -167,7 +185,8 @@ def test_hostile_uploads_leave_the_server_and_the_store_healthy(server, clip):
         assert response.status == 201 and json.loads(response.read())["mode"] == "x_vector"
     with _delete(server, "dana") as response:
         assert response.status == 200
-    assert sorted(p.name for p in (server.artifacts / "voices").iterdir()) == ["alice.safetensors", "bob.safetensors"]
+    voices = sorted(p.name for p in (server.artifacts / "voices").iterdir())
+    assert voices == [".lock", "alice.safetensors", "bob.safetensors"]  # the store's lock, and no temporary left
     with server.request("/health") as response:
         assert response.status == 200
 
@@ -206,6 +225,109 @@ def test_a_deleted_voice_is_gone(server):
     assert not (server.artifacts / "voices" / "bob.safetensors").exists()
     status, message = server.error("/v1/audio/speech", {**SAY, "voice": "bob", "response_format": "pcm"})
     assert status == 400 and "no preset speakers" in message
+
+
+def test_one_upload_of_a_name_wins_and_the_limits_hold_across_api_servers(server, clip):
+    """Uploads at the same moment, through both API server processes: of two of one name, one is stored and
+    the other is a 409; of 20 different names, only as many as the store has room for. Voice files are private."""
+    directory = server.artifacts / "voices"
+    kept = {p.name for p in directory.glob("*.safetensors")}  # alice, from the tests above
+    x_vector = {"x_vector_only_mode": "true", "consent": "synthetic"}
+    with ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(lambda _: upload(server, {"name": "frank", **x_vector}, clip), range(2)))
+        assert sorted(status for status, _ in answers) == [201, 409], answers
+        assert "exists" in next(answer for status, answer in answers if status == 409)["error"]["message"]
+        with _delete(server, "frank") as response:
+            assert response.status == 200
+        names = [f"crowd-{i:02d}" for i in range(20)]
+        answers = list(pool.map(lambda name: upload(server, {"name": name, **x_vector}, clip), names))
+    room = 3 - len(kept)  # --speech-max-voices 3
+    assert sorted(status for status, _ in answers) == [201] * room + [507] * (20 - room), answers
+    stored = {f"{name}.safetensors" for name, (status, _) in zip(names, answers, strict=True) if status == 201}
+    files = {p.name: stat.S_IMODE(p.stat().st_mode) for p in directory.iterdir()}
+    assert files == {name: 0o600 for name in {".lock", *kept, *stored}}  # no temporary left, none readable by others
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    for name in stored:
+        with _delete(server, name.removesuffix(".safetensors")) as response:
+            assert response.status == 200
+
+
+def test_a_voice_replaced_through_one_api_server_is_spoken_anew_by_the_other(server, clip):
+    """``erin`` spoken through both API server processes, then deleted and uploaded again from other audio
+    through one of them (one kept-alive connection): both speak the new voice on their next request."""
+    other = first_fifth_second("ref_b_22k.wav")
+    inline = {
+        audio: server.codec_frames({**SAY, "ref_audio": base64.b64encode(audio).decode(), "x_vector_only_mode": True})
+        for audio in (clip, other)
+    }
+    assert not np.array_equal(inline[clip], inline[other])
+    fields = {"name": "erin", "x_vector_only_mode": "true", "consent": "synthetic"}
+    assert upload(server, fields, clip)[0] == 201
+    for frames in _spoken_by_each_api_server(server, {**SAY, "voice": "erin"}).values():
+        np.testing.assert_array_equal(frames, inline[clip])  # each process has read erin's first file
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=120)  # one connection: one process
+    try:
+        headers = {"Authorization": f"Bearer {KEY}"}
+        connection.request("DELETE", "/v1/audio/voices/erin", headers=headers)
+        response = connection.getresponse()
+        assert (response.status, json.loads(response.read())) == (200, {"deleted": "erin"})
+        replaced_by = _api_server_of(server, connection)
+        body, kind = multipart(fields, other)
+        connection.request("POST", "/v1/audio/voices", body, {**headers, "Content-Type": kind})
+        response = connection.getresponse()
+        assert response.status == 201, response.read()
+        response.read()
+        assert _api_server_of(server, connection) == replaced_by  # the same process deleted and uploaded
+    finally:
+        connection.close()
+    spoken = _spoken_by_each_api_server(server, {**SAY, "voice": "erin"})
+    assert replaced_by in spoken
+    for frames in spoken.values():
+        np.testing.assert_array_equal(frames, inline[other])  # the other process too: the new vectors
+    with _delete(server, "erin") as response:
+        assert response.status == 200
+
+
+def _spoken_by_each_api_server(server, body: dict, attempts: int = 60) -> dict[int, np.ndarray]:
+    """``body``'s codec frames as each API server process speaks them: requests on fresh connections until
+    both processes have answered (the kernel spreads connections over them), every answer kept and compared."""
+    host, port = server.url.removeprefix("http://").split(":")
+    payload = json.dumps({**body, "response_format": "codec", "edge_hardware": "cpu_x86_64"})
+    spoken: dict[int, np.ndarray] = {}
+    for _ in range(attempts):
+        connection = http.client.HTTPConnection(host, int(port), timeout=120)
+        try:
+            headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+            connection.request("POST", "/v1/audio/speech", payload, headers)
+            response = connection.getresponse()
+            data = response.read()
+            assert response.status == 200, data[:500]
+            pid = _api_server_of(server, connection)
+        finally:
+            connection.close()
+        batches = [e.frames for e in iter_events(io.BytesIO(data)) if isinstance(e, FrameBatch) and len(e.frames)]
+        frames = np.concatenate(batches)
+        if pid in spoken:
+            np.testing.assert_array_equal(frames, spoken[pid])
+        spoken[pid] = frames
+        if len(spoken) == 2:
+            return spoken
+    pytest.fail(f"{attempts} connections all reached the API server process {list(spoken)}")
+
+
+def _api_server_of(server, connection: http.client.HTTPConnection) -> int:
+    """The pid of the server process holding the server end of ``connection`` (open: kept alive)."""
+    import psutil
+
+    client_port, server_port = connection.sock.getsockname()[1], int(server.url.rsplit(":", 1)[1])
+    root = psutil.Process(server.process.pid)
+    for process in (root, *root.children(recursive=True)):
+        with contextlib.suppress(psutil.Error):
+            for held in process.net_connections("tcp"):
+                if held.raddr and held.raddr.port == client_port and held.laddr.port == server_port:
+                    return process.pid
+    raise AssertionError(f"no process of the server holds the connection from port {client_port}")
 
 
 def _delete(server, name: str):
