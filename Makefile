@@ -4,9 +4,10 @@ PY := .venv/bin/python
 VLLM_TESTS := tests/entrypoints tests/model_executor/models/qwen3_tts/test_talker.py \
 	tests/model_executor/models/qwen3_tts/test_tokenizer_encoder.py tests/model_executor/models/qwen3_tts/test_speaker_encoder.py \
 	tests/model_executor/models/qwen3_tts/test_talker_gpu.py tests/model_executor/models/qwen3_tts/test_text_stream.py \
+	tests/model_executor/models/qwen3_tts/test_vllm_symbols.py \
 	tests/examples
 
-.PHONY: setup setup-oracle setup-rknn setup-vllm setup-web setup-browser demo test test-vllm lint bench bench-stateful bench-talker bench-serve bench-serve-load bench-rknn bench-browser clean
+.PHONY: setup setup-oracle setup-rknn setup-vllm setup-web setup-browser demo test test-vllm lint bench bench-stateful bench-talker bench-serve bench-serve-load bench-text-stream bench-rknn bench-browser clean
 
 setup:
 	@tools/setup_venv.sh .venv requirements/dev.txt --editable
@@ -94,6 +95,13 @@ bench-serve: setup-vllm
 # deeply nested body, /health polled): frames vs references, /health latency, drain, API-server RSS. Exit 1 on a miss.
 bench-serve-load: setup-vllm
 	.venv-vllm/bin/python benchmarks/bench_serve_load.py --out out/bench
+
+# Text written by a simulated LLM at 5/15/50 tokens/s into 1/4/8 sessions: one streamed talker request (WebSocket
+# text_mode stream) vs sentence segments vs the whole text posted at the end; first audio and speaker stalls on the
+# device. The plot needs matplotlib, which the main venv has.
+bench-text-stream: setup setup-vllm
+	.venv-vllm/bin/python benchmarks/bench_text_stream.py --out out/bench --sizes tiny
+	$(PY) benchmarks/bench_text_stream.py --out out/bench --plot-only
 
 # Released-geometry RKNN builds (rk3588, rk3576; B=2+16, 64): REGTASK count, compile cost, 20-step simulator SNR.
 # Minutes and several GB per row: run it under the shared lock (flock /work/heavy.lock make bench-rknn).
