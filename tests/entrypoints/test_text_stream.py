@@ -308,3 +308,18 @@ def test_closing_the_consumer_aborts_the_request(engines, short_clip, loop):
         return await freed_within(generator, 2.0)
 
     assert loop.run_until_complete(run())
+
+
+def test_a_text_longer_than_the_frame_budget_is_spoken_up_to_it_then_refused_aloud(engines, short_clip, loop):
+    generator, text = engines["custom_voice"], CASES["custom_voice"][2]
+    request = request_of("custom_voice", generator, short_clip, max_frames=5)
+    received: list[np.ndarray] = []
+
+    async def run():
+        async for frames in generator.stream_text(request, pieces(text, "random_pieces", 9)):
+            received.append(frames)
+
+    with pytest.raises(SpeechRequestError, match="ran out before the text did"):
+        loop.run_until_complete(run())
+    assert sum(len(f) for f in received) == 5  # the frames within the budget were spoken
+    assert loop.run_until_complete(freed_within(generator, 2.0))

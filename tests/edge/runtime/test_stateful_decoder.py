@@ -55,6 +55,32 @@ def test_flush_decodes_the_tail_and_starts_a_new_stream(decoder):
     assert decoder.flush().size == 0
 
 
+def test_drain_decodes_what_whole_steps_take_and_the_stream_goes_on_exactly(small_decoder):
+    """Frames trickling in (a talker waiting for text): drained with the plan's step sizes, largest first, the
+    audio equals the full decode's and the stream continues; fewer frames than the smallest step stay pending."""
+    import torch
+
+    from vllm_omni.edge.audio import snr_db
+
+    frames = random_codes(23, seed=6)[0].T.numpy()
+    decoder = StatefulDecoder(
+        TorchStepRunner(Code2WavStep(small_decoder, 8)), TorchStepRunner(Code2WavStep(small_decoder, 2))
+    )
+    audio = [decoder.feed(frames[:3])]  # the first step (B=2) decodes 2; 1 pending
+    for start, end in ((3, 8), (8, 9), (9, 20)):
+        audio.append(decoder.feed(frames[start:end]))
+        audio.append(decoder.drain())
+        assert decoder.pending_frames < 2  # smaller than the smallest step
+    assert decoder.position == 20 - decoder.pending_frames
+    audio.append(decoder.feed(frames[20:]))
+    audio.append(decoder.flush())
+    with torch.inference_mode():
+        full = small_decoder(torch.from_numpy(frames.T.copy())[None]).numpy().ravel()
+    streamed = np.concatenate(audio)
+    assert streamed.size == full.size
+    assert snr_db(full, streamed) > 100
+
+
 def test_runtime_does_not_import_torch(repo_root):
     script = (
         "import sys, vllm_omni.edge.runtime, vllm_omni.edge.backends.onnxruntime, vllm_omni.edge.graphs.step_contract\n"

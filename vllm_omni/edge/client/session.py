@@ -3,7 +3,9 @@
 A reader thread takes messages off the wire into a small buffer while the decoder works;
 playback is modelled with a jitter buffer (:mod:`.playback`), and every time the audio would have
 run dry an underrun is counted. ``reset`` drops the decoder's state and any frames not yet
-decoded; ``segment end`` and ``end of stream`` flush it. A duplicate message is skipped and
+decoded; ``segment end`` and ``end of stream`` flush it. A stateful decoder whose stream pauses
+(:data:`DRAIN_AFTER_S` without a message, frames pending: a talker waiting for text) drains what its step
+sizes take, so those frames play now instead of waiting for a full step. A duplicate message is skipped and
 counted; any other protocol error, a cut-off stream or a disconnect ends the run with
 :attr:`ClientReport.error` set, and the audio decoded up to then is flushed to the sinks.
 """
@@ -67,6 +69,10 @@ class ClientReport:
 
 
 _END = object()
+_IDLE = object()
+# No message for this long with frames pending: the stream is slower than real time (a talker waiting for text);
+# the decoder drains what its step sizes take instead of holding it for a full step.
+DRAIN_AFTER_S = 0.1
 
 
 def _reader(stream: BinaryIO, messages: queue.Queue, stop: threading.Event) -> None:
@@ -121,14 +127,20 @@ class EdgeClient:
             raise MalformedMessageError(f"the stream's geometry does not match the plan ({details})")
 
     @staticmethod
-    def _next(messages: queue.Queue, reader: threading.Thread) -> Any:
-        """The next item from the reader; an error if the reader is gone without saying why (never a hang)."""
+    def _next(messages: queue.Queue, reader: threading.Thread, idle_s: float | None = None) -> Any:
+        """The next item from the reader; ``_IDLE`` once ``idle_s`` passed without one (None: wait); an error if
+        the reader is gone without saying why (never a hang)."""
+        waited = 0.0
         while True:
+            wait = 0.5 if idle_s is None else min(0.5, idle_s - waited)
             try:
-                return messages.get(timeout=0.5)
+                return messages.get(timeout=max(wait, 0.0))
             except queue.Empty:
                 if not reader.is_alive() and messages.empty():
                     raise ClientError("the stream reader stopped without a reason; the stream is incomplete") from None
+                waited += wait
+                if idle_s is not None and waited >= idle_s:
+                    return _IDLE
 
     def run(self, stream: BinaryIO, sinks: list) -> ClientReport:
         report = ClientReport(plan_id=self.plan.plan_id)
@@ -159,8 +171,13 @@ class EdgeClient:
             emit(pcm)
 
         try:
+            drain = getattr(self.decoder, "drain", None)
             while True:
-                item = self._next(messages, reader)
+                pending = drain is not None and self.decoder.pending_frames > 0
+                item = self._next(messages, reader, DRAIN_AFTER_S if pending else None)
+                if item is _IDLE:  # frames come slower than real time: play what whole steps can decode now
+                    decode(drain)
+                    continue
                 if item is _END:
                     raise TruncatedStreamError(
                         f"the stream ended after {parser.frames_received} frames without a done message: the server "

@@ -86,6 +86,19 @@ class StatefulDecoder:
             self._pending = self._pending[size:]
         return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
 
+    def drain(self) -> np.ndarray:
+        """Decode now every pending frame that whole steps of the plan's sizes take exactly (largest first), and
+        keep the stream going: for frames that come slower than real time (a talker waiting for text), whose
+        audio would otherwise wait for a full main step. Exact like :meth:`feed` (the cache does not depend on
+        the step size); fewer frames than the smallest step stay pending. Returns the new PCM (maybe empty)."""
+        runners = sorted((r for r in (self.first, self.main) if r is not None), key=lambda r: -r.contract.step_frames)
+        pieces = []
+        while fitting := [r for r in runners if r.contract.step_frames <= len(self._pending)]:
+            size = fitting[0].contract.step_frames
+            pieces.append(self._step(fitting[0], self._pending[:size]))
+            self._pending = self._pending[size:]
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
+
     def flush(self) -> np.ndarray:
         """End the stream: decode the frames still pending, return their PCM, and reset.
 
