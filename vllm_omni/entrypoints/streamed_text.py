@@ -113,8 +113,8 @@ async def stream_text(
     request_id: str,
     text_timeout_s: float | None = None,
 ) -> AsyncIterator[np.ndarray]:
-    """See ``AsyncCodecFrameGenerator.stream_text`` (``generator``; ``request``: a ``SpeechRequest``). The frames of
-    a text longer than the frame budget are yielded, then :class:`SpeechRequestError` says the rest was not spoken."""
+    """See ``AsyncCodecFrameGenerator.stream_text`` (``generator``; ``request``: a ``SpeechRequest``). As for any
+    request, ``max_frames`` caps the utterance: text past it is not spoken (as the official ``max_new_tokens``)."""
     from vllm.engine.protocol import StreamingInput
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
@@ -194,14 +194,6 @@ async def stream_text(
                     progress.chunk_done.set()
                 if frames:
                     yield np.asarray(frames, dtype=np.int64).reshape(-1, groups)
-        if progress.ended and not assembler.ended and progress.budget is not None:
-            known = text.prompt()
-            words = len(known.trailing_text_ids) - (1 if text.complete else 0) if known is not None else 0
-            if not text.complete or words > progress.sampled - 1:  # never a silently shortened text
-                raise SpeechRequestError(
-                    f"the frame budget ({progress.budget - 1} frames: max_frames, or the engine's max_model_len) "
-                    "ran out before the text did: the rest of the text was not spoken; raise max_frames"
-                )
     finally:
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)
