@@ -57,16 +57,19 @@ class EdgeServingState:
 
     def origin_allowed(self, origin: str | None, host: str | None, secure: bool) -> bool:
         """Whether a WebSocket handshake's ``Origin`` may open a session: none (not a browser), the server's own
-        (the handshake's ``Host`` under the matching http(s) scheme), or one of :attr:`allowed_origins`."""
+        (the handshake's ``Host``, http or https), or one of :attr:`allowed_origins`. ``secure``: unused (kept for
+        callers); a proxy that rewrites ``Host`` needs its public origin in ``--speech-allowed-origins``."""
         if origin is None:
             return True
         origin = origin.strip().rstrip("/").lower()
         if origin in self.allowed_origins:
             return True
-        scheme = "https" if secure else "http"
-        default = ":443" if secure else ":80"
-        own = f"{scheme}://{(host or '').lower().removesuffix(default)}"
-        return bool(host) and origin.removesuffix(default) == own
+        if not host:
+            return False
+        # The server's own host, under either scheme: behind a TLS proxy the page is https while this hop is not.
+        host = host.lower().removesuffix(":443").removesuffix(":80")
+        page = origin.removeprefix("https://").removeprefix("http://").removesuffix(":443").removesuffix(":80")
+        return origin.startswith(("http://", "https://")) and page == host
 
     def plan(self, name: str):
         """The published plan of class ``name``; a 404 naming the served classes otherwise."""

@@ -46,7 +46,7 @@ class StreamedText:
     def __init__(self, generator: Any, request: Any, voice: Any) -> None:
         self.prompts = generator.prompts
         self.request, self.voice = request, voice
-        self.tokens = IncrementalTokenizer(self.prompts.tokenizer)
+        self.tokens = IncrementalTokenizer(self.prompts.tokenizer, self.prompts.lock)
         self.complete = False
         self.changed = asyncio.Event()
         self.error: BaseException | None = None
@@ -159,6 +159,8 @@ async def stream_text(
             progress.chunk_done.clear()
             if progress.ended:
                 return
+            if text.error is not None:  # the text failed while the chunk ran: no chunk after it
+                raise text.error
             known = text.prompt()
             while allowed(known) <= progress.sampled:
                 await text.wait(text_timeout_s)

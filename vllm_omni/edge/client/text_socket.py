@@ -91,8 +91,11 @@ class SocketStream(io.RawIOBase):
 def _send_text(connection: Any, source: BinaryIO, done: threading.Event, errors: list) -> None:
     """Each read of ``source`` as a ``text`` piece (pieces past the server's limit split), then ``end``."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    fd = source.fileno() if hasattr(source, "fileno") else None
     try:
+        try:
+            fd = source.fileno()
+        except (AttributeError, OSError, io.UnsupportedOperation):
+            fd = None  # not a file descriptor (a test's BytesIO): plain reads
         while True:
             data = os.read(fd, READ_BYTES) if fd is not None else source.read(READ_BYTES)
             text = decoder.decode(data, final=not data)

@@ -20,7 +20,7 @@ def tokenizer(talker_checkpoint: Path):
     return AutoTokenizer.from_pretrained(talker_checkpoint)
 
 
-def whole(tokenizer, text: str) -> list[int]:
+def whole_ids(tokenizer, text: str) -> list[int]:
     return list(tokenizer(f"{ROLE}{text}{END}", add_special_tokens=False)["input_ids"])[:-5]
 
 
@@ -51,13 +51,13 @@ SCHEDULES = {
 def test_pieces_commit_exactly_the_whole_texts_tokens(tokenizer, name):
     pieces = SCHEDULES[name]
     committed, _ = streamed(tokenizer, pieces)
-    assert committed == whole(tokenizer, "".join(pieces))
+    assert committed == whole_ids(tokenizer, "".join(pieces))
 
 
 @pytest.mark.parametrize("name", list(SCHEDULES))
 def test_one_character_per_piece(tokenizer, name):
     text = "".join(SCHEDULES[name])
-    assert streamed(tokenizer, list(text))[0] == whole(tokenizer, text)
+    assert streamed(tokenizer, list(text))[0] == whole_ids(tokenizer, text)
 
 
 def test_random_splits_of_hostile_text(tokenizer):
@@ -69,19 +69,19 @@ def test_random_splits_of_hostile_text(tokenizer):
             continue
         cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(0, 8)))) if len(text) > 1 else []
         pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
-        assert streamed(tokenizer, pieces)[0] == whole(tokenizer, text), repr(pieces)
+        assert streamed(tokenizer, pieces)[0] == whole_ids(tokenizer, text), repr(pieces)
 
 
 def test_words_are_committed_before_the_text_ends(tokenizer):
     stream = IncrementalTokenizer(tokenizer)
     assert stream.add("Hello") == []  # the word may still grow
     committed = stream.add(" there")
-    assert committed and stream.text_ids == whole(tokenizer, "Hello")[3:]
+    assert committed and stream.text_ids == whole_ids(tokenizer, "Hello")[3:]
     assert stream.add(",") != []  # " there" is final once "," follows
     stream.add(" friend")
     held = len(stream.committed)
-    assert stream.finish() == whole(tokenizer, "Hello there, friend")[held:]  # the last word, at the end
-    assert stream.committed == whole(tokenizer, "Hello there, friend")
+    assert stream.finish() == whole_ids(tokenizer, "Hello there, friend")[held:]  # the last word, at the end
+    assert stream.committed == whole_ids(tokenizer, "Hello there, friend")
 
 
 def test_empty_text_and_text_after_the_end_are_refused(tokenizer):
@@ -99,3 +99,23 @@ def test_a_special_token_cut_across_pieces_is_refused_not_misspoken(tokenizer):
         stream.add(piece)
     with pytest.raises(SpeechRequestError, match="tokenizes differently once whole"):
         stream.finish()
+
+
+def test_what_is_committed_always_ends_at_a_word_boundary_of_the_whole_text(tokenizer):
+    """After every piece, the committed text ends where the whole text's pre-tokenizer puts a word boundary (so
+    no BPE, however large, can tokenize it differently): whitespace runs before a later newline included."""
+    backend = tokenizer.backend_tokenizer
+    alphabet = [*"ab \n\r\t.3", "\u3000", "\xa0", "  ", "\n\n", "你", "\u0301"]
+    rng = random.Random(1)
+    for _ in range(600):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 14)))
+        whole = backend.normalizer.normalize_str("assistant\n" + text)
+        boundaries = {start for _, (start, _) in backend.pre_tokenizer.pre_tokenize_str(whole)} | {len(whole)}
+        stream, sent = IncrementalTokenizer(tokenizer), ""
+        for char in text:
+            stream.add(char)
+            sent += char
+            committed = len(backend.normalizer.normalize_str("assistant\n" + sent)) - len(stream._pending)
+            assert committed in boundaries, (text, sent, committed)
+    for pieces in (["Hi\n ", "\n"], ["S\r \xa0", "\n"], ["\r\u3000", "\nok"], [" \n", " \n", "x"]):
+        assert streamed(tokenizer, pieces)[0] == whole_ids(tokenizer, "".join(pieces))

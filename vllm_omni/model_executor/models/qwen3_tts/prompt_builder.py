@@ -25,6 +25,7 @@ context: after the codec prefix, the reference text and the text to speak (then 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +76,9 @@ class PromptBuilder:
         self.talker = config.talker_config
         self.tokenizer = tokenizer
         self.max_prompt_positions = max_prompt_positions
+        # A fast tokenizer is one Rust object: calls from two threads at once can fail ("Already borrowed"); the
+        # server tokenizes on its prompt pool and a text stream's tokenizer on the event loop, so both hold this.
+        self.lock = threading.Lock()
         self.model_type = config.tts_model_type or "custom_voice"
         if self.model_type not in ("custom_voice", "voice_design", "base"):
             raise SpeechRequestError(
@@ -83,7 +87,8 @@ class PromptBuilder:
             )
 
     def _ids(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        with self.lock:
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _pair(self, text_id: int, codec_id: int | None) -> int:
         return encode_prompt_id(text_id, codec_id, self.talker.text_vocab_size, self.talker.vocab_size)

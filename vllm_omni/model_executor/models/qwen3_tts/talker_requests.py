@@ -22,7 +22,8 @@ State is keyed by the request's own key, not its row, so a preempted request res
 frames and hidden state. A request's state is freed when it finishes (EOS or ``max_tokens``) and,
 when it leaves the batch otherwise, as soon as the engine has dropped the request (an abort, a
 client that went away: see :meth:`TalkerBatch.sweep`); a preempted request's state is parked until
-it resumes, within :data:`MAX_PARKED_BYTES` and :data:`MAX_PARKED_SECONDS` (oldest dropped first).
+it resumes, within :data:`MAX_PARKED_BYTES` and :data:`MAX_PARKED_SECONDS` (oldest dropped first); a text stream
+waiting for its text is parked too, but not evicted by those bounds (its session's own limits bound it).
 """
 
 from __future__ import annotations
@@ -369,9 +370,12 @@ class TalkerBatch:
         now, total = time.monotonic(), 0
         for key, state in list(self._parked.items()):
             # 2: this state's attribute and getrefcount's own argument; more: the engine still holds it.
-            if sys.getrefcount(state.output_token_ids) <= 2 or now - (state.parked_at or now) > MAX_PARKED_SECONDS:
+            expired = not state.spec.text_open and now - (state.parked_at or now) > MAX_PARKED_SECONDS
+            if sys.getrefcount(state.output_token_ids) <= 2 or expired:
                 self._forget(key)
         for key, state in reversed(list(self._parked.items())):  # newest first: the oldest go over the bound
+            if state.spec.text_open:  # waiting for text: bounded by its session's limits, not evicted
+                continue
             total += state.nbytes()
             if total > MAX_PARKED_BYTES:
                 self._forget(key)

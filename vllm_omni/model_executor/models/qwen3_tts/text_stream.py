@@ -5,17 +5,19 @@ The official prompt tokenizes ``<|im_start|>assistant\\n{text}<|im_end|>\\n<|im_
 ``ids[:3]`` as the role and ``ids[3:-5]`` as the text (:data:`ROLE`, :data:`END`). A byte-level BPE tokenizer
 (Qwen2's) splits its input at added tokens, normalizes each part (NFC for the released checkpoints), cuts it
 into words with its pre-tokenizer regex and runs BPE inside each word. The regex scans left to right and looks
-at most one character past a match, so appended text can change only the **last** word of the text so far
-(``"3"`` ``"."`` ``"14"``: ``.`` stays a word of its own, ``1`` and ``4`` are words; ``"Hel"`` ``"lo"``: one word;
-trailing whitespace attaches to the next word). :class:`IncrementalTokenizer` therefore commits the tokens of
-every word but the last (and holds a word that starts with a combining mark together with the word before it:
-canonical reordering may compose the mark into that word's last letter). At the end it tokenizes the whole
-text the official way and checks that what it committed is a prefix of it: a text that breaks the rule (an
+at most one character past a match, so appended text can change only the **last** word of the text so far and a
+run of whitespace words before it (``\\s*[\\r\\n]+`` reaches back over whitespace to a newline that comes later):
+``"3"`` ``"."`` ``"14"``: ``.`` stays a word of its own, ``1`` and ``4`` are words; ``"Hel"`` ``"lo"``: one word;
+trailing whitespace attaches to the next word. :class:`IncrementalTokenizer` therefore commits the tokens of
+every word but those (and holds a word that starts with a combining mark together with the word before it:
+canonical reordering may compose the mark into that word's last letter). At the end it tokenizes the whole text
+the official way and checks that what it committed is a prefix of it: a text that breaks the rule (an
 added-token string cut across pieces) is refused, never spoken with other tokens than the whole text's.
 """
 
 from __future__ import annotations
 
+import threading
 import unicodedata
 from typing import Any
 
@@ -30,8 +32,9 @@ class IncrementalTokenizer:
     before :meth:`finish`: the text is then spoken once it is whole, still exactly.
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, lock: Any = None) -> None:
         self.tokenizer = tokenizer
+        self.lock = lock if lock is not None else threading.Lock()  # the tokenizer's users share one (Rust borrows)
         backend = getattr(tokenizer, "backend_tokenizer", None)
         self._pre_tokenizer = getattr(backend, "pre_tokenizer", None)
         self._normalizer = getattr(backend, "normalizer", None)
@@ -42,10 +45,14 @@ class IncrementalTokenizer:
         self.finished = False
 
     def _ids(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        with self.lock:
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _normalize(self, text: str) -> str:
-        return self._normalizer.normalize_str(text) if self._normalizer is not None else text
+        if self._normalizer is None:
+            return text
+        with self.lock:
+            return self._normalizer.normalize_str(text)
 
     @property
     def text_ids(self) -> list[int]:
@@ -70,8 +77,14 @@ class IncrementalTokenizer:
 
     def _final_words_end(self, pending: str) -> int:
         """Where the words that later text can no longer change end in ``pending`` (0: none are final)."""
-        starts = [start for _, (start, _) in self._pre_tokenizer.pre_tokenize_str(pending)]
-        while len(starts) > 1 and unicodedata.combining(pending[starts[-1]]):
+        with self.lock:
+            starts = [start for _, (start, _) in self._pre_tokenizer.pre_tokenize_str(pending)]
+        # Held with the last word: a word before it that is all whitespace (``\s*[\r\n]+`` takes a newline that
+        # comes later into it: "\n" " " then "\n" is one word), and the word before one that starts with a
+        # combining mark (canonical reordering may compose the mark into that word's last letter).
+        while len(starts) > 1 and (
+            pending[starts[-2] : starts[-1]].isspace() or unicodedata.combining(pending[starts[-1]])
+        ):
             starts.pop()
         return starts[-1] if len(starts) > 1 else 0
 
