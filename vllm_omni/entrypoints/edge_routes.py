@@ -170,10 +170,7 @@ def build_router():
     @router.websocket("/v1/audio/speech/stream")
     async def speech_socket(socket: WebSocket):
         edge = getattr(socket.app.state, "omni_edge", None)
-        secure = socket.url.scheme == "wss"
-        if edge is not None and not edge.origin_allowed(
-            socket.headers.get("origin"), socket.headers.get("host"), secure
-        ):
+        if edge is not None and not edge.origin_allowed(socket.headers.get("origin"), socket.headers.get("host")):
             await socket.close(code=1008)  # before accept: the handshake is refused with 403
             return
         offered = socket.scope.get("subprotocols") or ()

@@ -55,10 +55,10 @@ class EdgeServingState:
         self.voice_pool = self.voice_pool or ThreadPoolExecutor(1, thread_name_prefix="speech-voices")
         self.voice_file_pool = self.voice_file_pool or ThreadPoolExecutor(2, thread_name_prefix="speech-voice-files")
 
-    def origin_allowed(self, origin: str | None, host: str | None, secure: bool) -> bool:
+    def origin_allowed(self, origin: str | None, host: str | None) -> bool:
         """Whether a WebSocket handshake's ``Origin`` may open a session: none (not a browser), the server's own
-        (the handshake's ``Host``, http or https), or one of :attr:`allowed_origins`. ``secure``: unused (kept for
-        callers); a proxy that rewrites ``Host`` needs its public origin in ``--speech-allowed-origins``."""
+        (the handshake's ``Host``, http or https), or one of :attr:`allowed_origins` (a proxy that rewrites
+        ``Host`` needs its public origin there)."""
         if origin is None:
             return True
         origin = origin.strip().rstrip("/").lower()
