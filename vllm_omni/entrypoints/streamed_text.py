@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechPrompt, SpeechRequestError
+from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import ROLE_TOKENS, SpeechPrompt, SpeechRequestError
 from vllm_omni.model_executor.models.qwen3_tts.talker_requests import TalkerRequestSpec
 from vllm_omni.model_executor.models.qwen3_tts.text_stream import IncrementalTokenizer
 
@@ -74,8 +74,8 @@ class StreamedText:
 
     def prompt(self) -> SpeechPrompt | None:
         """The prompt and the trailing text known now (None: not enough text for the prompt yet)."""
-        role, text_ids = self.tokens.committed[:3], self.tokens.text_ids
-        if len(self.tokens.committed) < 3:
+        role, text_ids = self.tokens.committed[:ROLE_TOKENS], self.tokens.text_ids
+        if len(role) < ROLE_TOKENS:
             return None
         r = self.request
         return self.prompts.assemble(
