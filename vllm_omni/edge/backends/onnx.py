@@ -184,7 +184,7 @@ def export_step_onnx(
     formulation for any B up to ``step_frames``, which rknn-toolkit2 compiles for a set of step sizes
     into one ``.rknn``) or ``cpu`` (one graph for any B up to ``step_frames``, rewritten for
     onnxruntime's fast kernels by :mod:`.onnx_cpu`).
-    ``graph_layout`` picks the NPU formulation (:mod:`vllm_omni.edge.graphs.npu_layout`); the default
+    ``graph_layout`` picks the formulation (:mod:`vllm_omni.edge.graphs.layouts`, an ONNX one); the default
     (``None``) carries no layout key; any other is recorded as ``qwen3_tts.graph_layout``.
     ``pass_frames`` (NPU layout only) decodes the step in equal passes of at most that many frames
     (:class:`~vllm_omni.edge.graphs.npu_layout.Code2WavNpuStep`), recorded as ``qwen3_tts.pass_frames``.
@@ -195,8 +195,7 @@ def export_step_onnx(
     """
     import torch
 
-    from ..graphs.npu_layout import DEFAULT_LAYOUT, NPU_LAYOUT, Code2WavNpuStep, step_class
-    from ..graphs.stateful import Code2WavStep
+    from ..graphs.layouts import DEFAULT_LAYOUT, NPU_LAYOUT, get_layout, layouts_for
     from .onnx_cpu import optimize_for_cpu
 
     if form not in STEP_FORMS:
@@ -205,18 +204,17 @@ def export_step_onnx(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     dynamic = form != "npu"
-    if form == "cpu" and graph_layout not in (None, DEFAULT_LAYOUT):
+    layout = get_layout(graph_layout or DEFAULT_LAYOUT)
+    if layout.exporter != "onnx":
+        raise EdgeExportError(
+            f"the {layout.name} layout is exported by {layout.exporter}, not to ONNX; ONNX step graphs take "
+            f"{', '.join(layouts_for('onnx'))}"
+        )
+    if form == "cpu" and layout.name != DEFAULT_LAYOUT:
         raise EdgeExportError(f"the cpu form has no layout {graph_layout!r}; layouts are for the npu forms")
-    if form == "npu_dynamic" and graph_layout in (None, DEFAULT_LAYOUT):
+    if form == "npu_dynamic" and layout.name == DEFAULT_LAYOUT:
         raise EdgeExportError(f"the npu_dynamic form needs an NPU layout (graph_layout={NPU_LAYOUT!r})")
-    if pass_frames is not None and graph_layout != NPU_LAYOUT:
-        raise EdgeExportError(f"pass_frames is for the {NPU_LAYOUT} layout, found layout {graph_layout!r}")
-    if form == "cpu":
-        step = Code2WavStep(decoder, step_frames, dynamic=True).eval()
-    elif pass_frames is not None:
-        step = Code2WavNpuStep(decoder, step_frames, pass_frames=pass_frames, dynamic=dynamic).eval()
-    else:
-        step = step_class(graph_layout or DEFAULT_LAYOUT)(decoder, step_frames, dynamic=dynamic).eval()
+    step = layout.make_step(decoder, step_frames, dynamic=dynamic, pass_frames=pass_frames).eval()
     dynamic_axes = (
         {"audio_codes": {2: "step_frames"}, "freqs_in": {0: "step_frames"}, "audio_values": {0: "samples"}}
         if dynamic

@@ -1,7 +1,7 @@
 """The stateful step for phones: one ExecuTorch program with a method per step size, checked in its runtime.
 
-``npu_phone --graph stateful`` exports :class:`~..graphs.phone_layout.Code2WavPhoneStep` (the step
-in the ops XNNPACK delegates) at each step size
+``npu_phone --graph stateful`` exports the step in its ``xnnpack_whole`` layout (:mod:`..graphs.layouts`: the
+ops XNNPACK delegates) at each step size
 (first B=2, main B=16 by default) through ``torch.export`` and lowers them *together* into one
 ``steps.pte`` (methods ``step_b2``, ``step_b16``), so the weights are stored once. Each method
 carries its step contract as a constant method (``step_b16__step_contract()``), and the plan
@@ -36,7 +36,7 @@ from ..backends.torch_export import quiet_torch_export
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
 from ..errors import EdgeExportError
 from ..files import file_sha256, remove_partial_files
-from ..graphs.phone_layout import PHONE_LAYOUT, Code2WavPhoneStep
+from ..graphs.layouts import PHONE_LAYOUT, get_layout
 from ..hardware.registry import HardwareClass
 from ..plan.construct import StepArtifact, stateful_plan
 from ..plan.model import ExecPlan
@@ -59,7 +59,7 @@ def write_step_program(
     """Export the step of each size and lower them into one program at ``path``; op counts per method."""
     methods: dict[str, tuple[Any, dict[str, Any]]] = {}
     for frames in sorted(set(step_sizes)):
-        step = Code2WavPhoneStep(decoder, frames).eval()
+        step = get_layout(PHONE_LAYOUT).make_step(decoder, frames).eval()
         with torch.no_grad(), quiet_torch_export():
             exported = torch.export.export(step, step.example_inputs())
         methods[step_method(frames)] = (exported, {STEP_CONTRACT_KEY: json.dumps(step.contract.to_json())})

@@ -67,7 +67,7 @@ from ..backends.rknn import (
 from ..backends.rknn_runtime import RknnSimulatorStepRunner, shape_sets
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
 from ..errors import EdgeError, EdgeExportError
-from ..graphs.npu_layout import GRAPH_LAYOUTS, NPU_LAYOUT
+from ..graphs.layouts import NPU_LAYOUT, layouts_for
 from ..graphs.step_contract import StepContractError
 from ..plan.construct import StepArtifact, stateful_plan
 from ..plan.model import DEFAULT_DEVICE_DIR, ExecPlan
@@ -203,8 +203,10 @@ def run(args: ConvertRequest, report: Callable[[str], None] = logger.info) -> Co
         raise ConvertUsageError(
             f"--check-steps must be >= 3 (the check streams through the cache), found {args.check_steps}"
         )
-    if args.graph_layout not in GRAPH_LAYOUTS:
-        raise ConvertUsageError(f"--graph-layout must be one of {', '.join(GRAPH_LAYOUTS)}, found {args.graph_layout}")
+    if args.graph_layout not in layouts_for("onnx"):
+        raise ConvertUsageError(
+            f"--graph-layout must be one of {', '.join(layouts_for('onnx'))}, found {args.graph_layout}"
+        )
     if args.dynamic_input and (args.first_onnx or not args.first_codes_length):
         raise ConvertUsageError(
             "--dynamic-input compiles one graph for two step sizes: give --first-codes-length (and no --first-onnx)"

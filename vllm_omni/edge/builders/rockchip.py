@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import EdgeError, EdgeExportError
-from ..graphs.npu_layout import NPU_LAYOUT
+from ..graphs.layouts import NPU_LAYOUT
 from ..hardware.registry import HardwareClass
 from ..plan.model import ExecPlan
 from ..plan.schema import ExecPlanError

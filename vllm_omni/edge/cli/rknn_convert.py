@@ -21,11 +21,11 @@ from typing import Any
 
 from ..backends.rknn import TARGETS
 from ..errors import EdgeError
+from ..graphs.layouts import GRAPH_LAYOUTS, NPU_LAYOUT, layouts_for
 from ..plan.model import DEFAULT_DEVICE_DIR, session_option
 from .types import add_checkpoint_argument
 
 EXIT_CODES = {"ok": 0, "failed": 1, "usage": 2, "below_bar": 4, "register_overflow": 5, "cpu_ops": 6}
-GRAPH_LAYOUT_CHOICES = ("time_on_height", "time_on_width")  # vllm_omni.edge.graphs.npu_layout (no torch here)
 
 
 PROG = "python -m vllm_omni.edge.cli.rknn_convert"
@@ -58,9 +58,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--graph-layout",
-        choices=GRAPH_LAYOUT_CHOICES,
-        default="time_on_height",
-        help="formulation of graphs exported here (time_on_height: the NPU one, no register overflow)",
+        choices=layouts_for("onnx"),
+        default=NPU_LAYOUT,
+        help="formulation of graphs exported here: "
+        + "; ".join(f"{name}: {GRAPH_LAYOUTS[name].summary}" for name in layouts_for("onnx")),
     )
     parser.add_argument(
         "--pass-frames",

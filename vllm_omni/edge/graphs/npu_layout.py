@@ -55,11 +55,6 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts
 from ..errors import EdgeExportError
 from .stateful import Code2WavStep, _CacheIO, conv_tail, shifted_eye, transpose_tail
 
-# Names a step graph's formulation; recorded in the graph's metadata and the plan.
-DEFAULT_LAYOUT = "time_on_width"
-NPU_LAYOUT = "time_on_height"
-GRAPH_LAYOUTS = (DEFAULT_LAYOUT, NPU_LAYOUT)
-
 
 def _snake(module: SnakeBeta, hidden: torch.Tensor) -> torch.Tensor:
     """SnakeBeta on ``[1, C, T, 1]`` (its folded constants are ``[1, C, 1]``)."""
@@ -71,7 +66,8 @@ def _snake(module: SnakeBeta, hidden: torch.Tensor) -> torch.Tensor:
 
 
 class Code2WavNpuStep(Code2WavStep):
-    """:class:`~.stateful.Code2WavStep` whose waveform stage runs as ``[1, C, T, 1]`` (``NPU_LAYOUT``).
+    """:class:`~.stateful.Code2WavStep` whose waveform stage runs as ``[1, C, T, 1]`` (the ``time_on_height``
+    layout of :mod:`.layouts`).
 
     ``pass_frames``: decode the ``step_frames`` in passes of at most that many frames, one after
     another inside the graph, each reading the cache the one before wrote. The stateful step is
@@ -82,7 +78,6 @@ class Code2WavNpuStep(Code2WavStep):
     and its constants are stored once.
     """
 
-    graph_layout = NPU_LAYOUT
     waveform_phase_convolutions = True
     dynamic_is_cpu_form = False
 
@@ -284,19 +279,10 @@ class Code2WavNpuStep(Code2WavStep):
             elif isinstance(module, SnakeBeta):
                 hidden = _snake(module, hidden)
             else:  # a module this formulation does not know: refuse at trace time, never guess
-                raise EdgeExportError(f"{name}: {type(module).__name__} has no {NPU_LAYOUT} formulation")
+                raise EdgeExportError(f"{name}: {type(module).__name__} has no time-on-height formulation")
         return torch.clamp(hidden, min=-1.0, max=1.0).reshape(-1)
 
 
 def equal_pass_frames(step_frames: int, most: int) -> int:
     """The largest pass size ``<= most`` that divides ``step_frames`` into equal passes."""
     return max(size for size in range(1, min(most, step_frames) + 1) if step_frames % size == 0)
-
-
-def step_class(graph_layout: str) -> type[Code2WavStep]:
-    """The step module of ``graph_layout`` (``time_on_width``: the default CPU formulation)."""
-    if graph_layout == DEFAULT_LAYOUT:
-        return Code2WavStep
-    if graph_layout == NPU_LAYOUT:
-        return Code2WavNpuStep
-    raise EdgeExportError(f"unknown step graph layout {graph_layout!r}; known: {', '.join(GRAPH_LAYOUTS)}")

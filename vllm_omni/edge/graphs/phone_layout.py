@@ -34,9 +34,6 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts
 from ..errors import EdgeExportError
 from .stateful import Code2WavStep, _CacheIO
 
-# Names the phone formulation in a program's build record.
-PHONE_LAYOUT = "xnnpack_whole"
-
 
 def _mean_over_channels(hidden: torch.Tensor) -> torch.Tensor:
     """``[1, T, C]`` -> ``[1, T, 1]``: the mean over channels, as a global average pool of ``[1, T, C, 1]``."""
@@ -45,9 +42,9 @@ def _mean_over_channels(hidden: torch.Tensor) -> torch.Tensor:
 
 
 class Code2WavPhoneStep(Code2WavStep):
-    """:class:`~.stateful.Code2WavStep` in the ops XNNPACK delegates; a static step size only."""
+    """:class:`~.stateful.Code2WavStep` in the ops XNNPACK delegates (the ``xnnpack_whole`` layout of
+    :mod:`.layouts`); a static step size only."""
 
-    graph_layout = PHONE_LAYOUT
     always_cpu_form = True
 
     def __init__(self, decoder: Qwen3TTSTokenizerV2Decoder, step_frames: int):
