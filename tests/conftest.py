@@ -26,7 +26,7 @@ from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
 VLLM_MODULE_MARK = "pytestmark = pytest.mark.vllm"
 # Reasons a test may be skipped for, by the start of its reason, with where it runs instead.
 DOCUMENTED_SKIPS = {
-    "needs a CUDA device": "the talker's GPU smoke test; it runs where a GPU is lent",
+    "needs a CUDA device": "GPU-only checks; tools/gpu_check.py (make gpu-check) runs them where a GPU is lent",
 }
 
 

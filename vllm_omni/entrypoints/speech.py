@@ -29,7 +29,11 @@ from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
     OFFICIAL_GENERATION_DEFAULTS,
     Qwen3TTSConfig,
 )
-from vllm_omni.model_executor.models.qwen3_tts.engine_ids import decode_residuals
+from vllm_omni.model_executor.models.qwen3_tts.engine_contract import (
+    FrameAssembler,
+    TalkerRequestSpec,
+    residual_logprobs,
+)
 from vllm_omni.model_executor.models.qwen3_tts.engine_settings import talker_engine_args
 from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import (
     PromptBuilder,
@@ -37,7 +41,6 @@ from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import (
     SpeechRequestError,
     VoiceClonePrompt,
 )
-from vllm_omni.model_executor.models.qwen3_tts.talker_requests import TalkerRequestSpec
 
 logger = logging.getLogger(__name__)
 
@@ -99,40 +102,6 @@ def load_generation_defaults(model_dir: Path | None) -> dict[str, Any]:
     if path is not None and path.is_file():
         defaults.update({k: v for k, v in json.loads(path.read_text()).items() if k in OFFICIAL_GENERATION_DEFAULTS})
     return defaults
-
-
-class FrameAssembler:
-    """Turns one request's sampled ids and their top logprobs into complete frames, incrementally.
-
-    Output token ``j`` is codebook 0 of frame ``j``; the residual codes of frame ``j`` arrive in the
-    top logprobs of token ``j + 1`` (``engine_ids``). EOS ends the stream and is not a frame.
-    """
-
-    def __init__(self, codec_vocab: int, codebook_size: int, groups: int, eos_token_id: int) -> None:
-        self.codec_vocab, self.codebook_size, self.groups, self.eos = (
-            codec_vocab,
-            codebook_size,
-            groups - 1,
-            eos_token_id,
-        )
-        self.pending: int | None = None  # codebook 0 of the frame awaiting its residuals
-        self.ended = False
-
-    def feed(self, token_ids: Sequence[int], logprobs: Sequence[dict[int, Any]] | None) -> list[list[int]]:
-        if logprobs is None or len(logprobs) != len(token_ids):
-            raise RuntimeError("the engine returned no logprobs for the talker's tokens: request logprobs >= 15")
-        frames = []
-        for token, top in zip(token_ids, logprobs, strict=True):
-            if self.ended:
-                break
-            residuals = decode_residuals(top.keys(), self.codec_vocab, self.codebook_size, self.groups)
-            if self.pending is not None:
-                if residuals is None:
-                    raise RuntimeError("the talker did not send the residual codes of a frame")
-                frames.append([self.pending, *residuals])
-            self.pending = None if token == self.eos else token
-            self.ended = token == self.eos
-        return frames
 
 
 class _SpeechFrontend:
@@ -250,7 +219,7 @@ class _SpeechFrontend:
                 top_p=float(pick(request.top_p, "top_p")) if not greedy else 1.0,
                 seed=request.seed,
                 stop_token_ids=[self.config.talker_config.codec_eos_token_id],
-                logprobs=self.config.talker_config.num_code_groups - 1,  # the residual channel's top entries
+                logprobs=residual_logprobs(talker.num_code_groups),
                 detokenize=False,
                 skip_special_tokens=False,
                 extra_args=spec.to_extra_args(),

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from vllm_omni.model_executor.models.qwen3_tts.engine_contract import TalkerRequestSpec, residual_logprobs
 from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import ROLE_TOKENS, SpeechPrompt, SpeechRequestError
-from vllm_omni.model_executor.models.qwen3_tts.talker_requests import TalkerRequestSpec
 from vllm_omni.model_executor.models.qwen3_tts.text_stream import IncrementalTokenizer
 
 MAX_PIECE_CHARS = 1 << 16  # one piece at most (a server applies its own, smaller, limits first)
@@ -211,7 +211,7 @@ def _first_params(generator: Any) -> Any:
     return SamplingParams(
         max_tokens=1,
         output_kind=RequestOutputKind.DELTA,
-        logprobs=generator.config.talker_config.num_code_groups - 1,
+        logprobs=residual_logprobs(generator.config.talker_config.num_code_groups),
         detokenize=False,
         extra_args=spec.to_extra_args(),
     )

@@ -257,7 +257,7 @@ class VoiceStore:
         not one this talker can use."""
         from safetensors.numpy import load
 
-        from vllm_omni.model_executor.models.qwen3_tts.engine_ids import VOICE_SLOTS
+        from vllm_omni.model_executor.models.qwen3_tts.engine_contract import VOICE_SLOTS
         from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import VoiceClonePrompt
 
         hidden, groups, codebook = self.shape

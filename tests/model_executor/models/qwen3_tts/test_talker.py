@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import Qwen3TTSConfig
-from vllm_omni.model_executor.models.qwen3_tts.engine_ids import (
+from vllm_omni.model_executor.models.qwen3_tts.engine_contract import (
     SPEAKER_SLOT,
     VOICE_SLOTS,
+    TalkerRequestSpec,
     decode_residuals,
     encode_prompt_id,
     encode_voice_id,
@@ -18,7 +19,6 @@ from vllm_omni.model_executor.models.qwen3_tts.engine_ids import (
     voice_base,
 )
 from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import PromptBuilder, SpeechRequestError, VoiceClonePrompt
-from vllm_omni.model_executor.models.qwen3_tts.talker_requests import TalkerRequestSpec
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
@@ -229,8 +229,8 @@ def test_engine_settings_that_would_corrupt_frames_are_refused(talker_checkpoint
 def test_parked_states_are_freed_when_the_engine_drops_them_and_bounded_in_bytes_and_age(monkeypatch):
     import torch
 
-    from vllm_omni.model_executor.models.qwen3_tts import talker_requests
-    from vllm_omni.model_executor.models.qwen3_tts.talker_requests import TalkerBatch, TalkerRequestSpec
+    from vllm_omni.model_executor.models.qwen3_tts import talker_batch
+    from vllm_omni.model_executor.models.qwen3_tts.talker_batch import TalkerBatch
 
     batch = TalkerBatch()
     batch.configure(rows=4, codec_vocab=64, eos_token_id=63, device=torch.device("cpu"))
@@ -250,12 +250,12 @@ def test_parked_states_are_freed_when_the_engine_drops_them_and_bounded_in_bytes
     del engine_lists["aborted"]  # the engine dropped it: an abort
     batch.sweep()
     assert len(batch) == 2 and batch._parked.keys() == {"preempted", "old"}
-    batch._parked["old"].parked_at -= talker_requests.MAX_PARKED_SECONDS + 1
+    batch._parked["old"].parked_at -= talker_batch.MAX_PARKED_SECONDS + 1
     batch.sweep()
     assert list(batch._parked) == ["preempted"]
     join(1, "newer")
     batch.remove(1)
-    monkeypatch.setattr(talker_requests, "MAX_PARKED_BYTES", batch._parked["newer"].nbytes())
+    monkeypatch.setattr(talker_batch, "MAX_PARKED_BYTES", batch._parked["newer"].nbytes())
     batch.sweep()  # over the byte bound: the oldest goes first
     assert list(batch._parked) == ["newer"] and len(batch) == 1
     batch.add(2, type("Params", (), {"extra_args": batch._parked["newer"].spec.to_extra_args(), "max_tokens": 100})(),
@@ -266,11 +266,8 @@ def test_parked_states_are_freed_when_the_engine_drops_them_and_bounded_in_bytes
 def test_codebook0_rules_for_every_row_at_once():
     import torch
 
-    from vllm_omni.model_executor.models.qwen3_tts.talker_requests import (
-        TalkerBatch,
-        TalkerRequestSpec,
-        apply_codebook0_rules,
-    )
+    from vllm_omni.model_executor.models.qwen3_tts.logits_processor import apply_codebook0_rules
+    from vllm_omni.model_executor.models.qwen3_tts.talker_batch import TalkerBatch
 
     batch = TalkerBatch()
     batch.configure(rows=4, codec_vocab=3072, eos_token_id=2150, device=torch.device("cpu"))

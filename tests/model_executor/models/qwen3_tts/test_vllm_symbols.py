@@ -18,7 +18,7 @@ SYMBOLS = [
     ("vllm.v1.sample.logits_processor", "BatchUpdate.added", "rows that joined: (index, params, prompt, outputs)"),
     ("vllm.v1.sample.logits_processor", "BatchUpdate.removed", "rows that left"),
     ("vllm.v1.sample.logits_processor", "BatchUpdate.moved", "rows that moved"),
-    ("vllm.forward_context", "get_forward_context", "the step's attention metadata (row starts)"),
+    ("vllm.forward_context", "get_forward_context", "the step's KV slot mapping (rows of the step)"),
     ("vllm.forward_context", "is_forward_context_available", "a forward outside the engine (profiling)"),
     ("vllm.model_executor.models.qwen3", "Qwen3DecoderLayer", "the talker LM's layers"),
     ("vllm.model_executor.layers.layernorm", "RMSNorm", "the talker LM's final norm"),
@@ -46,6 +46,9 @@ FIELDS = [
     ("vllm.config.model", "ModelConfig", "logprobs_mode", "the residual channel needs raw logprobs"),
     ("vllm.config.model", "ModelConfig", "logits_processors", "the talker's logits processor is named there"),
     ("vllm.v1.worker.gpu_input_batch", "CachedRequestState", "output_token_ids", "a parked state's liveness"),
+    ("vllm.forward_context", "ForwardContext", "slot_mapping", "every backend's slots: rows without metadata"),
+    ("vllm.config.vllm", "VllmConfig", "instance_id", "one TalkerBatch per engine"),
+    ("vllm.config.cache", "CacheConfig", "block_size", "where a request's slots may jump"),
 ]
 
 

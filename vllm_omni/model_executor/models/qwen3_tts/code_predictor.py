@@ -14,13 +14,17 @@ names are those under ``talker.code_predictor.``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .configuration_qwen3_tts import Qwen3TTSCodePredictorConfig
 from .residual_sampler import ResidualSampling
 from .tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import RMSNorm  # float32 statistics, as the official
+
+if TYPE_CHECKING:  # plain torch at run time: tools/gpu_check.py runs this module where transformers is absent
+    from .configuration_qwen3_tts import Qwen3TTSCodePredictorConfig
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

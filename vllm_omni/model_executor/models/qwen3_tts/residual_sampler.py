@@ -7,7 +7,9 @@ probability ``softmax(scores)[c]``. The uniforms ``u`` are counter-based: a hash
 (request seed, frame index, codebook, code), computed with int64 tensor ops on the logits' device.
 So a sampled frame is a function of its request's seed and its own index alone: the same whether
 the request runs alone, batched with any others, preempted and resumed, on CPU or on a GPU; no
-``torch.Generator`` and no global RNG are involved.
+``torch.Generator`` and no global RNG are involved. Everything is float32 or int64 (no float64, which
+some devices lack and consumer GPUs run slowly), and nothing is read back to the host, so a step's
+passes queue on the device without a stall and can be captured in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ def splitmix64(x: torch.Tensor) -> torch.Tensor:
 
 
 def counter_uniforms(keys: torch.Tensor, width: int) -> torch.Tensor:
-    """``float64[B, width]`` uniforms in (0, 1), a pure function of each row's int64 ``key`` and the column."""
+    """``float32[B, width]`` uniforms in (0, 1), a pure function of each row's int64 ``key`` and the column: the
+    hash's top 24 bits (a float32's precision), centred in their interval, so never 0 or 1."""
     columns = torch.arange(width, dtype=torch.int64, device=keys.device)
     bits = splitmix64(splitmix64(keys).unsqueeze(1) + columns)
-    return (_shift_right(bits, 11).to(torch.float64) + 0.5) * 2.0**-53
+    return (_shift_right(bits, 40).to(torch.float32) + 0.5) * 2.0**-24
 
 
 def row_keys(seeds: torch.Tensor, frames: torch.Tensor, group: int) -> torch.Tensor:
@@ -51,20 +54,19 @@ def row_keys(seeds: torch.Tensor, frames: torch.Tensor, group: int) -> torch.Ten
 class ResidualSampling:
     """Per-row settings of one batch of frames, as tensors on the logits' device (rows = frames).
 
-    ``greedy`` bool[B]; ``temperature``, ``top_p`` float32[B]; ``top_k`` int64[B] (0: off);
-    ``seeds`` int64[B] (the request's); ``frames`` int64[B] (each row's frame index in its request).
+    ``all_greedy``: every row is greedy (a host bool, so picking never reads the device; False is always
+    correct, it only costs the sampling work); ``greedy`` bool[B]; ``temperature``, ``top_p`` float32[B];
+    ``top_k`` int64[B] (0: off); ``seeds`` int64[B] (the request's); ``frames`` int64[B] (each row's frame
+    index in its request).
     """
 
+    all_greedy: bool
     greedy: torch.Tensor
     temperature: torch.Tensor
     top_k: torch.Tensor
     top_p: torch.Tensor
     seeds: torch.Tensor
     frames: torch.Tensor
-
-    @property
-    def all_greedy(self) -> bool:
-        return bool(self.greedy.all())
 
     def pick(self, group: int, logits: torch.Tensor) -> torch.Tensor:
         """``int64[B]`` codes of residual codebook ``group + 1`` from ``logits [B, codebook]``."""
@@ -86,5 +88,5 @@ class ResidualSampling:
         filtered = torch.empty_like(scores).scatter_(1, order, ascending)
         uniforms = counter_uniforms(row_keys(self.seeds, self.frames, group), width)
         gumbel = -torch.log(-torch.log(uniforms))
-        sampled = (filtered.double() + gumbel).argmax(dim=-1)
+        sampled = (filtered + gumbel).argmax(dim=-1)
         return torch.where(self.greedy, chosen, sampled)

@@ -1,0 +1,73 @@
+"""``tools/gpu_check.py`` on the CPU: every check it runs on a GPU but the capture, at the small sizes.
+
+The bucketed code predictor (what the GPU check captures in CUDA graphs) runs here at its static
+shapes, so its padding and bucket choice are checked where no GPU is.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from vllm_omni.model_executor.models.qwen3_tts.code_predictor_graphs import BucketedCodePredictor
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "gpu_check.py"
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_check_but_the_capture_passes_on_the_cpu(gpu_check, tmp_path: Path, capsys):
+    args = ["--device", "cpu", "--geometry", "small", "--frames", "24", "--repeats", "1", "--out", str(tmp_path)]
+    assert gpu_check.main(args) == 0, capsys.readouterr().out
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    predictor = [row for row in report["rows"] if row["check"] == "code_predictor"]
+    assert {(row["dtype"], row["batch"]) for row in predictor} == {
+        (dtype, batch) for dtype in ("float32", "bfloat16") for batch in gpu_check.BATCHES
+    }
+    for row in predictor:
+        assert row["graph_equal"] and row["global_rng_untouched"] and not row["captured"]
+        if row["dtype"] == "float32":
+            assert row["greedy_equal_share"] == 1.0 and row["sampled_equal_share"] in (None, 1.0)
+    decoder = {row["check"]: row for row in report["rows"] if row["check"].startswith("decoder")}
+    assert decoder["decoder_full"]["snr_db"] > 100 and decoder["decoder_stateful"]["snr_db"] > 90
+    assert "| code_predictor | bfloat16 | 16 |" in capsys.readouterr().out
+
+
+def test_a_failed_check_is_named_and_the_exit_code_says_so(gpu_check):
+    rows = [
+        {"check": "code_predictor", "dtype": "float32", "batch": 4, "greedy_equal_share": 0.5,
+         "graph_equal": False, "global_rng_untouched": True},
+        {"check": "decoder_full", "dtype": "float32", "batch": 24, "snr_db": 12.0, "samples_equal_length": True},
+    ]  # fmt: skip
+    lines = gpu_check.failures(rows)
+    assert len(lines) == 3 and "greedy rows differ" in lines[0] and "replayed" in lines[1] and "12.0 dB" in lines[2]
+
+
+def test_without_cuda_it_says_what_to_pass(gpu_check, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("needs a CUDA device absent: this machine has one")
+    assert gpu_check.main(["--device", "cuda"]) == 2
+    assert "pass --device cpu" in capsys.readouterr().err
+
+
+def test_buckets_pad_a_step_to_a_static_size_without_changing_its_rows(gpu_check):
+    predictor, talker_hidden = gpu_check.code_predictor("small")
+    bucketed = BucketedCodePredictor(predictor, talker_hidden, buckets=(2, 8))
+    assert [bucketed.bucket_size(n) for n in (1, 2, 3, 8, 9)] == [2, 2, 8, 8, None]
+    generator = torch.Generator().manual_seed(3)
+    for rows in (1, 3, 8, 11):  # 11: beyond the largest bucket, eager at its own size
+        hidden, code0 = (torch.randn(rows, talker_hidden, generator=generator) for _ in range(2))
+        sampling = gpu_check.sampling(rows, "cpu")
+        assert torch.equal(bucketed.predict(hidden, code0, sampling), predictor.predict(hidden, code0, sampling))
+    with pytest.raises(ValueError, match="increasing sizes"):
+        BucketedCodePredictor(predictor, talker_hidden, buckets=(4, 2))
