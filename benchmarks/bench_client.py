@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from vllm_omni.edge.audio import snr_db
-    from vllm_omni.edge.builders.plans import build
+    from vllm_omni.edge.builders.registry import build
     from vllm_omni.edge.builders.request import BuildRequest
     from vllm_omni.edge.hardware import get_hardware_class
     from vllm_omni.edge.stream import StreamStart, encode_recording

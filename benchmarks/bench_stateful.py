@@ -181,7 +181,8 @@ def worker_first_audio(args) -> dict:
     start = time.perf_counter()
     import numpy as np
 
-    from vllm_omni.edge.backends.registry import RunnerOptions, get_backend
+    from vllm_omni.edge.backends.interface import RunnerOptions
+    from vllm_omni.edge.backends.registry import get_backend
     from vllm_omni.edge.plan.model import ExecPlan
     from vllm_omni.edge.runtime import StatefulDecoder
 
@@ -315,7 +316,7 @@ def run(args) -> int:
 
     from vllm_omni.edge.audio import snr_db
     from vllm_omni.edge.backends.onnx import export_step_onnx
-    from vllm_omni.edge.builders.plans import build
+    from vllm_omni.edge.builders.registry import build
     from vllm_omni.edge.builders.request import BuildRequest
     from vllm_omni.edge.checkpoint import load_code2wav_decoder, resolve_speech_tokenizer
     from vllm_omni.edge.hardware.registry import get_hardware_class

@@ -9,7 +9,7 @@ runtime against the full decode, and described in exec_plan.json; re-running kee
 import argparse
 from pathlib import Path
 
-from vllm_omni.edge.builders.plans import build
+from vllm_omni.edge.builders.registry import build
 from vllm_omni.edge.builders.request import BuildRequest
 from vllm_omni.edge.hardware import get_hardware_class
 from vllm_omni.edge.plan.model import ExecPlan

@@ -284,7 +284,7 @@ def write_decode_fixtures(out: Path, checkpoint: Path | None, hardware: str) -> 
     import torch
 
     from vllm_omni.edge.backends.onnxruntime import OnnxStepGraph
-    from vllm_omni.edge.builders.plans import build
+    from vllm_omni.edge.builders.registry import build
     from vllm_omni.edge.builders.request import BuildRequest
     from vllm_omni.edge.checkpoint import load_code2wav_decoder
     from vllm_omni.edge.hardware import get_hardware_class

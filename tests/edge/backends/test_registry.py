@@ -10,10 +10,10 @@ import sys
 import numpy as np
 import pytest
 
+from vllm_omni.edge.backends.interface import BackendUnavailableError
 from vllm_omni.edge.backends.registry import (
     BUILTIN_BACKENDS,
     ENTRY_POINT_GROUP,
-    BackendUnavailableError,
     backend_names,
     get_backend,
     program_writer,
@@ -46,14 +46,30 @@ def test_an_unknown_backend_names_the_known_ones():
         program_writer("onnxruntime")  # a stateful backend writes no windowed programs
 
 
-def test_looking_up_the_device_backends_imports_no_torch(repo_root):
-    script = (
-        "import sys\n"
-        "from vllm_omni.edge.backends.registry import get_backend\n"
-        "assert get_backend('onnxruntime').graph_kind == get_backend('rknn').graph_kind == 'stateful'\n"
-        "assert 'torch' not in sys.modules, 'torch was imported'\n"
-    )
-    result = subprocess.run([sys.executable, "-c", script], cwd=repo_root, capture_output=True, text=True)
+LAZY_BACKENDS = """
+import sys
+
+TOOLCHAINS = {"torch", "executorch", "onnx", "rknn", "rknnlite"}
+BACKENDS = {"vllm_omni.edge.backends." + name for name in ("executorch", "torch_export", "onnxruntime", "rknn_runtime")}
+
+
+def loaded(names):
+    return sorted(name for name in sys.modules if name in names or name.split(".")[0] in names)
+
+
+from vllm_omni.edge.backends.registry import get_backend
+
+assert not loaded(TOOLCHAINS | BACKENDS), f"importing the registry loaded {loaded(TOOLCHAINS | BACKENDS)}"
+assert get_backend("onnxruntime").graph_kind == get_backend("rknn").graph_kind == "stateful"
+heavy = TOOLCHAINS | {f"vllm_omni.edge.backends.{name}" for name in ("executorch", "torch_export", "rknn")}
+assert not loaded(heavy), f"the device backends loaded {loaded(heavy)}"
+assert get_backend("executorch").graph_kind == get_backend("torch_export").graph_kind == "windowed"
+assert not loaded(TOOLCHAINS), f"choosing the windowed backends loaded {loaded(TOOLCHAINS)}"
+"""
+
+
+def test_the_registry_imports_a_backend_when_asked_and_its_toolchain_only_when_it_runs(repo_root):
+    result = subprocess.run([sys.executable, "-c", LAZY_BACKENDS], cwd=repo_root, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 

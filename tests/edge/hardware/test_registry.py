@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from vllm_omni.edge.cli.main import main as edge_main
+from vllm_omni.edge.errors import EdgeError
 from vllm_omni.edge.hardware import (
     ENTRY_POINT_GROUP,
     UnknownHardwareClassError,
@@ -44,8 +45,14 @@ def test_builtin_classes_say_what_they_decode_with():
         {"first_step_frames": 2, "step_frames": 16},
     )
     assert "onnxruntime-web" in browser.description and "Web Worker" in browser.description
-    for record in classes.values():
-        assert callable(record.load_builder())
+    # Builders by name (vllm_omni.edge.builders.registry resolves them; tests/edge/builders/test_registry.py).
+    assert [(kind, phone.builder_for(kind)) for kind in phone.graph_kinds] == [
+        ("windowed", "windowed"),
+        ("stateful", "executorch_steps"),
+    ]
+    assert (rockchip.builder_for(), cpu.builder_for()) == ("rknn", "onnx_steps")
+    with pytest.raises(EdgeError, match="class 'rockchip_npu' builds stateful graphs, not 'windowed'"):
+        rockchip.builder_for("windowed")
 
 
 def test_an_unknown_class_lists_the_known_ones(capsys):
@@ -59,7 +66,7 @@ def test_a_class_from_another_package_registers_through_the_entry_point_group(tm
     (tmp_path / "edge_plugin_demo.py").write_text(
         "from vllm_omni.edge.hardware import HardwareClass\n"
         "TV_BOX = HardwareClass(name='tv_box', description='a TV box CPU', graph_kind='stateful',\n"
-        "    backend='onnxruntime', dtype='fp32', builder='vllm_omni.edge.builders.plans:build_onnx_steps',\n"
+        "    backend='onnxruntime', dtype='fp32', builder='onnx_steps',\n"
         "    defaults={'first_step_frames': 0, 'step_frames': 8})\n"
     )
     dist = tmp_path / "edge_plugin_demo-1.0.dist-info"
@@ -70,7 +77,7 @@ def test_a_class_from_another_package_registers_through_the_entry_point_group(tm
     hardware_classes.cache_clear()
     try:
         record = get_hardware_class("tv_box")
-        assert record.defaults["step_frames"] == 8 and record.load_builder().__name__ == "build_onnx_steps"
+        assert record.defaults["step_frames"] == 8 and record.builder_for() == "onnx_steps"
     finally:
         sys.modules.pop("edge_plugin_demo", None)
         monkeypatch.undo()

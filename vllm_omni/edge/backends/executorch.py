@@ -18,7 +18,6 @@ constant method named ``{method}__{key}``: the window fields above, or for a ste
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import logging
 import math
@@ -40,7 +39,7 @@ from ..graphs.window_contract import WindowContract
 from ..plan.model import ExecPlan
 from ..plan.schema import ExecPlanError
 from .executorch_delegation import count_flops, delegation_report, op_kind
-from .registry import BackendUnavailableError, LoadedWhileHeld, RunnerOptions
+from .interface import BackendUnavailableError, LoadedWhileHeld, RunnerOptions
 from .window_programs import WindowProgramBackend, check_program_metadata
 from .xnnpack_options import share_packed_weights
 
@@ -102,9 +101,9 @@ def native_stderr_without(noise: re.Pattern[str]) -> Iterator[None]:
 
 def _require_executorch() -> None:
     try:
-        with quiet_executorch_import():
-            importlib.import_module("executorch.exir")
-            importlib.import_module("executorch.backends.xnnpack.partition.xnnpack_partitioner")
+        with quiet_executorch_import():  # imported to probe the install; the writer imports what it uses itself
+            import executorch.backends.xnnpack.partition.xnnpack_partitioner
+            import executorch.exir  # noqa: F401
     except ImportError as exc:
         raise BackendUnavailableError(
             f"--backend executorch needs the executorch package ({exc}); pip install executorch==1.5.1 "
@@ -114,7 +113,7 @@ def _require_executorch() -> None:
 
 def _coreml_partitioner() -> Any:
     try:
-        importlib.import_module("coremltools.libcoremlpython")
+        import coremltools.libcoremlpython  # noqa: F401  (the CoreML framework itself, absent off macOS)
     except ImportError as exc:
         raise BackendUnavailableError(
             f"--partitioner coreml needs coremltools with Apple's CoreML framework (macOS); this {sys.platform} host "

@@ -20,8 +20,8 @@ from ..errors import EdgeError
 from ..graphs.step_contract import INPUT_NAMES, OUTPUT_NAMES, StepContract
 from ..plan.model import ExecPlan
 from ..plan.schema import ExecPlanError
+from .interface import LoadedWhileHeld, RunnerOptions
 from .onnxruntime_cache import CPU, OptimizedModelCache, onnxruntime_module, session_options
-from .registry import LoadedWhileHeld, RunnerOptions
 
 
 class OnnxStepGraph:

@@ -31,7 +31,7 @@ from ..errors import EdgeError
 from ..graphs.step_contract import INPUT_NAMES, StepContract
 from ..plan.model import ExecPlan
 from ..plan.schema import ExecPlanError
-from .registry import LoadedWhileHeld, RunnerOptions
+from .interface import LoadedWhileHeld, RunnerOptions
 
 RKNN_RUNTIMES = ("auto", "board", "simulator")
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..files import write_atomically
 from ..graphs.window_contract import WindowContract
-from .registry import BackendUnavailableError
+from .interface import BackendUnavailableError
 from .window_programs import WindowProgramBackend, check_program_metadata
 
 METADATA_FILE = "qwen3_tts_window.json"

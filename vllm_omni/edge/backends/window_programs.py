@@ -15,7 +15,7 @@ from typing import Any
 from ..graphs.window_contract import WindowContract
 from ..plan.manifest import ManifestError
 from ..plan.model import ExecPlan
-from .registry import RunnerOptions
+from .interface import RunnerOptions
 
 
 def check_program_metadata(contract: WindowContract, metadata: Mapping[str, int], path: Path) -> None:

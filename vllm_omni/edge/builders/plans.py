@@ -1,25 +1,20 @@
-"""Builders: produce, verify and describe every artifact of a hardware class, then write its plan.
+"""The builders of windowed programs and of stateful ONNX step graphs, and the plan's last step.
 
-Each builder is called as ``builder(hardware_class, request) -> ExecPlan`` (the class names it as
-``module:function``) and is resumable: an artifact already in ``out_dir`` whose recorded sha256
-still matches (and was built from the same checkpoint) is kept and checked again instead of
-rebuilt. The plan is written last, and only after it validates against the files.
+- :func:`build_windowed` (builder ``windowed``): ExecuTorch (or ``.pt2``) windowed programs via :mod:`.windowed`;
+- :func:`build_onnx_steps` (builder ``onnx_steps``): stateful ONNX step graphs, each checked in onnxruntime
+  against the full decode;
+- :func:`write_and_load`: the last step of these and of the ExecuTorch-step builder (the plan written, then
+  read back validated).
 
-- :func:`build_windowed`: ExecuTorch (or ``.pt2``) windowed programs via :mod:`.windowed`;
-- :func:`build_onnx_steps`: stateful ONNX step graphs, each checked in onnxruntime against the full decode;
-- :func:`~.executorch_steps.build_executorch_steps`: the stateful step as one multi-method ExecuTorch
-  program (``npu_phone --graph stateful``), checked in the ExecuTorch runtime;
-- :func:`~.rockchip.build_rknn`: the same ONNX steps, compiled to fp16 ``.rknn`` and checked in the
-  rknn-toolkit2 simulator in the converter venv.
+Which class runs which builder, and :func:`~.registry.build`, are :mod:`.registry`'s.
 """
 
 from __future__ import annotations
 
-from ..graphs.window_contract import check_ramp
 from ..hardware.registry import HardwareClass
 from ..plan.construct import StepArtifact, stateful_plan, windowed_plan
 from ..plan.model import ExecPlan
-from .request import BuildArgumentError, BuildRequest, check_out_dir, class_default
+from .request import BuildRequest, class_default
 from .state import tool_versions
 from .steps import export_steps
 from .windowed import WindowedExportRequest, export_windowed_programs
@@ -76,24 +71,3 @@ def write_and_load(plan: ExecPlan, request: BuildRequest) -> ExecPlan:
     loaded = ExecPlan.load(path, check_sha256=False)  # sha256s were computed from these files in this build
     request.progress(f"wrote {path}: plan {loaded.plan_id[:12]}, {len(loaded.artifacts)} artifacts, validated")
     return loaded
-
-
-def build(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
-    """Build every artifact of ``hardware_class`` and return its validated plan.
-
-    The request's sizes and output directory are checked first (:class:`~.request.BuildArgumentError`,
-    :class:`~vllm_omni.edge.graphs.window_contract.WindowConfigError`), before any work.
-    """
-    graph_kind = request.graph or hardware_class.graph_kind
-    if graph_kind not in hardware_class.graph_kinds:
-        raise BuildArgumentError(
-            f"--graph {graph_kind}: {hardware_class.name} builds {' or '.join(hardware_class.graph_kinds)} graphs; "
-            "choose one of those (or another hardware class)"
-        )
-    check_out_dir(request.out_dir, request.force)
-    if graph_kind == "windowed":
-        check_ramp(
-            class_default(request.ramp, hardware_class, "ramp"),
-            class_default(request.context_frames, hardware_class, "context_frames"),
-        )
-    return hardware_class.load_builder(graph_kind)(hardware_class, request)

@@ -18,9 +18,9 @@ import torch
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2Decoder
 
 from ..audio import ReferenceMatch, match_reference
+from ..backends.interface import StepRunner
 from ..backends.onnx import export_step_onnx, graph_contract
 from ..backends.onnxruntime import OnnxStepGraph
-from ..backends.registry import StepRunner
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
 from ..errors import EdgeExportError
 from ..files import file_sha256, remove_partial_files

@@ -26,7 +26,8 @@ import torch
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE, Qwen3TTSTokenizerV2Decoder
 
 from ..audio import snr_db
-from ..backends.registry import ProgramWriter, get_backend, program_writer
+from ..backends.interface import ProgramWriter
+from ..backends.registry import get_backend, program_writer
 from ..backends.torch_export import quiet_torch_export
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
 from ..errors import EdgeExportError

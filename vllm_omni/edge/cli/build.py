@@ -48,7 +48,7 @@ class BuildSubcommand(CLISubcommand):
         return build
 
     def cmd(self, args: argparse.Namespace) -> int:
-        from ..builders.plans import build
+        from ..builders.registry import build
         from ..builders.request import BuildArgumentError, BuildRequest
         from ..graphs.window_contract import WindowConfigError
         from ..hardware import get_hardware_class

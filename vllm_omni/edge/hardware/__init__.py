@@ -1,6 +1,7 @@
 """The hardware-class registry and ``detect()``: what each class of device decodes with (data only).
 
-A class names its builder as a ``module:function`` string in :mod:`vllm_omni.edge.builders`.
+A class names its backend and its builder; :mod:`vllm_omni.edge.backends.registry` and
+:mod:`vllm_omni.edge.builders.registry` resolve the names, so this package imports nothing above it.
 """
 
 from .detect import OVERRIDE_ENV, Detection, detect

@@ -1,18 +1,17 @@
 """Hardware classes: what a class of device decodes with, as a small declarative record.
 
 A class names the graph kind (windowed or stateful), the backend that runs it, the dtype, its
-default sizes and targets, and the builder that produces its artifacts (a ``module:function``
-path, imported only when a build runs, so listing classes needs no toolchain). Built-in classes
-are below; other packages add classes through the ``vllm_omni.edge.hardware_classes`` entry-point
-group, each entry point resolving to a :class:`HardwareClass` (or a zero-argument callable
-returning one).
+default sizes and targets, and the builder that produces its artifacts. Both are *names*: the
+backend one in :mod:`vllm_omni.edge.backends.registry`, the builder one in
+:mod:`vllm_omni.edge.builders.registry`, which the layers above resolve; this layer is data only and
+imports nothing above it, so listing classes needs no toolchain. Built-in classes are below; other
+packages add classes through the ``vllm_omni.edge.hardware_classes`` entry-point group, each entry
+point resolving to a :class:`HardwareClass` (or a zero-argument callable returning one).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
@@ -42,12 +41,14 @@ class HardwareClass:
     graph_kind: str  # "windowed" | "stateful"
     backend: str  # a name in vllm_omni.edge.backends.registry (built in: executorch, rknn, onnxruntime, torch_export)
     dtype: str
-    builder: str  # "module:function", called as builder(hardware_class, request)
+    # A name in vllm_omni.edge.builders.registry (built in: windowed, onnx_steps, executorch_steps, rknn), whose
+    # builder is called as builder(hardware_class, request).
+    builder: str
     defaults: dict[str, Any] = field(default_factory=dict)
     targets: tuple[str, ...] = ()
     default_target: str | None = None
     variants: dict[str, str] = field(default_factory=dict)  # e.g. partitioner -> what it needs
-    # Other graph kinds the class builds on request (``build --graph KIND``): kind -> builder. The
+    # Other graph kinds the class builds on request (``build --graph KIND``): kind -> builder name. The
     # backend must run that kind too; ``graph_kind`` stays the class's default and published contract.
     other_graphs: dict[str, str] = field(default_factory=dict)
     # Measured quality and cost per graph kind (what `hardware list` shows a user choosing one).
@@ -60,20 +61,14 @@ class HardwareClass:
         """Every graph kind this class builds, its default first."""
         return (self.graph_kind, *(kind for kind in self.other_graphs if kind != self.graph_kind))
 
-    def load_builder(self, graph_kind: str | None = None) -> Callable[..., Any]:
-        """The builder of ``graph_kind`` (the class's default kind when ``None``)."""
+    def builder_for(self, graph_kind: str | None = None) -> str:
+        """The name of the builder of ``graph_kind`` (the class's default kind when ``None``)."""
         kind = graph_kind or self.graph_kind
         if kind not in self.graph_kinds:
             raise EdgeError(f"hardware class {self.name!r} builds {' or '.join(self.graph_kinds)} graphs, not {kind!r}")
-        builder = self.builder if kind == self.graph_kind else self.other_graphs[kind]
-        module_name, _, function = builder.partition(":")
-        try:
-            return getattr(importlib.import_module(module_name), function)
-        except (ImportError, AttributeError) as exc:
-            raise EdgeError(f"hardware class {self.name!r}: cannot load its builder {builder!r} ({exc})") from exc
+        return self.builder if kind == self.graph_kind else self.other_graphs[kind]
 
 
-_BUILDERS = "vllm_omni.edge.builders.plans"
 # Measured at the released geometry with random weights, XNNPACK on this 2-core x86 host
 # (benchmarks/bench_phone.py; docs/windowed_programs.md has the table).
 PHONE_GRAPH_NOTES = {
@@ -95,7 +90,7 @@ BUILTIN_CLASSES = (
         graph_kind="windowed",
         backend="executorch",
         dtype="fp32",
-        builder=f"{_BUILDERS}:build_windowed",
+        builder="windowed",
         defaults={
             "ramp": (2, 4, 8, 16, 25),
             "context_frames": 72,
@@ -105,7 +100,7 @@ BUILTIN_CLASSES = (
             "step_frames": 16,
         },
         variants={"xnnpack": "always", "coreml": "macOS with coremltools"},
-        other_graphs={"stateful": "vllm_omni.edge.builders.executorch_steps:build_executorch_steps"},
+        other_graphs={"stateful": "executorch_steps"},
         graph_notes=PHONE_GRAPH_NOTES,
     ),
     HardwareClass(
@@ -114,7 +109,7 @@ BUILTIN_CLASSES = (
         graph_kind="stateful",
         backend="rknn",
         dtype="fp16",
-        builder="vllm_omni.edge.builders.rockchip:build_rknn",
+        builder="rknn",
         # one_step_graph: one .rknn compiled with dynamic_input for both step sizes (one copy of the weights)
         defaults={"first_step_frames": 2, "step_frames": 16, "one_step_graph": True},
         targets=ROCKCHIP_TARGETS,
@@ -128,7 +123,7 @@ BUILTIN_CLASSES = (
         graph_kind="stateful",
         backend="onnxruntime",
         dtype="fp32",
-        builder=f"{_BUILDERS}:build_onnx_steps",
+        builder="onnx_steps",
         defaults={"first_step_frames": 2, "step_frames": 16},
     ),
     HardwareClass(
@@ -138,7 +133,7 @@ BUILTIN_CLASSES = (
         graph_kind="stateful",
         backend="onnxruntime",
         dtype="fp32",
-        builder=f"{_BUILDERS}:build_onnx_steps",
+        builder="onnx_steps",
         defaults={"first_step_frames": 2, "step_frames": 16},
     ),
     HardwareClass(
@@ -149,7 +144,7 @@ BUILTIN_CLASSES = (
         graph_kind="stateful",
         backend="onnxruntime",
         dtype="fp32",
-        builder=f"{_BUILDERS}:build_onnx_steps",
+        builder="onnx_steps",
         defaults={"first_step_frames": 2, "step_frames": 16},
     ),
 )

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 
-from ..backends.registry import BackendUnavailableError, WindowRunner, get_backend, graph_kinds
+from ..backends.interface import BackendUnavailableError, WindowRunner, graph_kinds
+from ..backends.registry import get_backend
 from ..plan.manifest import ManifestError, ProgramEntry, WindowedManifest
 from .windowed_decoder import WindowedDecoder
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 
-from ..backends.registry import BackendUnavailableError, RunnerOptions, get_backend, graph_kinds
+from ..backends.interface import BackendUnavailableError, RunnerOptions, graph_kinds
+from ..backends.registry import get_backend
 from ..plan.model import ExecPlan
 from ..plan.schema import ExecPlanError
 from .protocol import StreamDecoder

@@ -1,6 +1,6 @@
 """Drive stateful step graphs over a stream: own the cache and position, schedule first/main steps.
 
-The decoder is backend-agnostic: a :class:`~..backends.registry.StepRunner` is anything with a
+The decoder is backend-agnostic: a :class:`~..backends.interface.StepRunner` is anything with a
 ``contract`` and a ``run(codes, freqs, cache_valid, cache) -> (audio, cache)`` method (onnxruntime,
 rknn on a board, the ExecuTorch runtime on phones, torch in tests). Frames arrive in any amounts;
 audio leaves as soon as a whole step's worth of frames is there. ``flush()`` ends a stream: it
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends.registry import StepRunner
+from ..backends.interface import StepRunner
 from ..graphs.step_contract import StepContractError
 from .frames import check_frames
 

@@ -2,7 +2,7 @@
 
 The counterpart of :class:`~.stateful_decoder.StatefulDecoder` for stateless windowed programs
 (see :mod:`..graphs.window_contract`), with the same ``feed`` / ``flush`` / ``reset`` interface. A
-:class:`~..backends.registry.WindowRunner` is anything with a ``window`` and ``run(codes) -> audio``:
+:class:`~..backends.interface.WindowRunner` is anything with a ``window`` and ``run(codes) -> audio``:
 an ExecuTorch ``.pte`` or a ``.pt2`` (opened by their backends), eager torch in tests.
 
 ``flush()`` decodes a last, short chunk by padding it with code 0 at the *end* of the window; the
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..backends.registry import WindowRunner
+from ..backends.interface import WindowRunner
 from ..errors import EdgeError
 from ..geometry import CodecGeometry
 from ..graphs.window_contract import Window, window_at, window_schedule

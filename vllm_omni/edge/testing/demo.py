@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..audio import snr_db, write_wav
-from ..builders.plans import build
+from ..builders.registry import build
 from ..builders.request import BuildRequest
 from ..checkpoint import load_code2wav_decoder
 from ..errors import EdgeError

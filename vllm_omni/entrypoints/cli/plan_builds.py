@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vllm_omni.edge.builders.plans import build
+from vllm_omni.edge.builders.registry import build
 from vllm_omni.edge.builders.request import BuildRequest
 from vllm_omni.edge.checkpoint import checkpoint_sha256, resolve_speech_tokenizer
 from vllm_omni.edge.errors import EdgeError
