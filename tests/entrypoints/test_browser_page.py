@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_omni.edge.plan.schema import SCHEMA_PATH
 from vllm_omni.entrypoints.browser_page import (
     ISOLATION_HEADERS,
     WEB_DIR_ENV,
@@ -48,6 +49,8 @@ def test_each_folder_serves_only_its_own_files_of_known_types(tmp_path):
     assert sorted(page.files) == [
         "app.mjs",
         "edge/parser.mjs",
+        "edge/schemas/exec_plan.schema.json",  # the package's own schemas, whatever the web folder
+        "edge/schemas/step_contract.schema.json",
         "img/logo.svg",
         "index.html",
         "ort/ort-wasm-simd-threaded.jsep.wasm",
@@ -56,6 +59,7 @@ def test_each_folder_serves_only_its_own_files_of_known_types(tmp_path):
     assert page.file("") == page.file("index.html") == (tmp_path / "web/page/index.html").resolve()
     for refused in ("../secret.mjs", "edge/../../secret.mjs", "ort/../package.json", "escape.mjs", "/index.html"):
         assert page.file(refused) is None
+    assert page.file("edge/schemas/exec_plan.schema.json") == SCHEMA_PATH.resolve()
     types = {name: content_type(path) for name, path in page.files.items()}
     assert types["index.html"].startswith("text/html") and types["edge/parser.mjs"].startswith("text/javascript")
     assert types["ort/ort-wasm-simd-threaded.jsep.wasm"] == "application/wasm"

@@ -4,6 +4,9 @@ Public routes (outside ``/v1``: no API key; the page sends the key it is given w
 
 * ``/edge/browser/`` -> ``web/page/index.html``; ``/edge/browser/NAME`` -> ``web/page/NAME``;
 * ``/edge/browser/edge/NAME.mjs`` -> ``web/edge/NAME.mjs`` (the decoder's modules);
+* ``/edge/browser/edge/schemas/NAME.json`` -> the package's ``vllm_omni/edge/plan/schemas/NAME.json`` (the plan and
+  step-contract schemas the modules import: the very files the server checks plans with, so the two readers
+  cannot drift; in the checkout ``web/edge/schemas`` is a link to that folder, for Node);
 * ``/edge/browser/ort/NAME`` -> ``web/node_modules/onnxruntime-web/dist/NAME`` (the WASM runtime, installed by
   ``make setup-web``; served here, never from a CDN).
 
@@ -33,6 +36,8 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from vllm_omni.edge.plan.schema import SCHEMA_DIR
 
 from .edge_plans import EdgeServingError
 
@@ -84,11 +89,11 @@ class BrowserPageError(EdgeServingError):
 
 @dataclass(frozen=True)
 class PageFolder:
-    """Files of ``directory`` (relative to the web folder) served under ``ROUTE/url_prefix``: those with a
-    suffix in ``suffixes``, in subfolders too when ``recursive``."""
+    """Files of ``directory`` (relative to the web folder, or an absolute path: the package's schemas) served under
+    ``ROUTE/url_prefix``: those with a suffix in ``suffixes``, in subfolders too when ``recursive``."""
 
     url_prefix: str
-    directory: str
+    directory: str | Path
     suffixes: tuple[str, ...]
     recursive: bool = False
     required: str = ""  # a file that must be there (relative to the folder)
@@ -97,6 +102,7 @@ class PageFolder:
 PAGE_FOLDERS = (
     PageFolder("", "page", tuple(CONTENT_TYPES), recursive=True, required="index.html"),
     PageFolder("edge/", "edge", (".mjs",)),
+    PageFolder("edge/schemas/", SCHEMA_DIR, (".json",), required="exec_plan.schema.json"),
     PageFolder("ort/", "node_modules/onnxruntime-web/dist", (".mjs", ".js", ".wasm"), required="ort.min.mjs"),
 )
 

@@ -4,10 +4,7 @@
 // file (one dynamic-B graph) gets one session and two runners over it (openPlanRunners). `ort` is the
 // onnxruntime-web module, passed in so the same code runs in Node (the tests) and in a Web Worker.
 
-import { StepContractError, checkStepContract } from "./stateful_decoder.mjs";
-
-export const INPUT_NAMES = ["audio_codes", "freqs_in", "cache_valid", "cache_in"];
-export const OUTPUT_NAMES = ["audio_values", "cache_out"];
+import { INPUT_NAMES, OUTPUT_NAMES, StepContractError, checkStepContract } from "./stateful_decoder.mjs";
 
 /** Set the WASM thread count; it applies to sessions created afterwards (onnxruntime-web reads it once). */
 export function configureThreads(ort, threads) {
@@ -35,7 +32,7 @@ export function stepRunner(ort, session, contract) {
   }
   const size = contract.step_frames;
   const q = contract.num_quantizers;
-  const half = contract.head_dim / 2;
+  const half = Math.floor(contract.head_dim / 2);
   const numel = contract.cache_numel;
   return {
     contract,

@@ -1,10 +1,21 @@
 // Fetching an execution plan and its artifacts from the server, each artifact checked by size and sha256.
 //
-// GET {baseUrl}/v1/edge/plans/{class}, then GET .../artifacts/{file} per distinct file. A body is read
-// with a cap at the plan's size_bytes (a longer or endless body is refused there), then hashed with
-// WebCrypto; nothing unchecked is kept. Verified files go into a Cache-Storage-like cache (`match`/`put`)
-// keyed by plan_id and file: the plan_id hashes every artifact's sha256, so a file found under it was
-// verified when it was put and is not hashed again (as the Python device cache remembers by identity).
+// GET {baseUrl}/v1/edge/plans/{class}, then GET .../artifacts/{file} per distinct file. The plan is read as Python
+// reads it (./pyjson.mjs) and checked before anything is fetched: against the plan's JSON Schema, the very file the
+// server checks plans with (vllm_omni/edge/plan/schemas/exec_plan.schema.json, served beside this module as
+// ./schemas/), then each stateful step contract (./stateful_decoder.mjs); tests/data/plan_cases.json holds the
+// cases Python and this module must answer the same. A body is read with a cap at the plan's size_bytes (a longer
+// or endless body is refused there), then hashed with WebCrypto; nothing unchecked is kept. Verified files go into
+// a Cache-Storage-like cache (`match`/`put`) keyed by plan_id and file. A file found there is hashed again before
+// it is used: Cache Storage has no file identity to remember a verification by (anything running in the origin
+// can rewrite an entry), so what the cache saves is the download, not the check; a damaged entry is fetched anew.
+
+import planSchema from "./schemas/exec_plan.schema.json" with { type: "json" };
+
+import { firstSchemaError } from "./json_schema.mjs";
+import { FLOATS, parsePythonJson, pyRepr, pyTypeName } from "./pyjson.mjs";
+import { serverMessage } from "./server_message.mjs";
+import { checkStepContract } from "./stateful_decoder.mjs";
 
 export class PlanError extends Error {
   constructor(message, { status } = {}) {
@@ -14,20 +25,11 @@ export class PlanError extends Error {
   }
 }
 
-const SHA256 = /^[0-9a-f]{64}$/;
-const SAFE_FILE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$/;
+export const PLAN_SCHEMA = planSchema.properties.schema.const;
+export const PLAN_SCHEMA_VERSION = planSchema.properties.schema_version.const;
 
 function hex(buffer) {
   return Array.from(new Uint8Array(buffer), (byte) => byte.toString(16).padStart(2, "0")).join("");
-}
-
-async function serverMessage(response) {
-  try {
-    const body = await response.json();
-    return body?.error?.message ?? body?.detail ?? JSON.stringify(body).slice(0, 200);
-  } catch {
-    return response.statusText || "no message";
-  }
 }
 
 async function refusal(response, what) {
@@ -37,6 +39,58 @@ async function refusal(response, what) {
   }
   return new PlanError(`${what}: HTTP ${response.status}: ${message}`, { status: response.status });
 }
+
+/**
+ * Check `plan` against the plan's JSON Schema as the server's reader does (vllm_omni/edge/plan/schema.py's
+ * check_schema: schema id and version first, then the first error by field path, in jsonschema's words); returns
+ * the plan. `plan` comes from parsePythonJson (JSON.parse works too, reading 16.0 as an int).
+ */
+export function checkPlanSchema(plan, source = "plan") {
+  if (plan === null || typeof plan !== "object" || Array.isArray(plan)) {
+    throw new PlanError(`${source}: a plan is a JSON object, found ${pyTypeName(plan)}`);
+  }
+  const field = (key) => pyRepr(Object.hasOwn(plan, key) ? plan[key] : null, Boolean(plan[FLOATS]?.has(key)));
+  if (plan.schema !== PLAN_SCHEMA) {
+    throw new PlanError(`${source}: schema: expected ${pyRepr(PLAN_SCHEMA)}, found ${field("schema")}`);
+  }
+  if (plan.schema_version !== PLAN_SCHEMA_VERSION) {
+    throw new PlanError(
+      `${source}: schema_version: ${field("schema_version")} is not one this reader knows (${PLAN_SCHEMA_VERSION}); ` +
+        "rebuild the plan with this version of vllm-omni-edge, or update the reader",
+    );
+  }
+  const error = firstSchemaError(planSchema, plan);
+  if (error) throw new PlanError(`${source}: ${error.where}: ${error.message}`);
+  return plan;
+}
+
+/**
+ * The plan's distinct files with their expected size and sha256 (a file named by two roles is one file), after
+ * checking the plan (checkPlanSchema) and, for a stateful plan, each role's step contract.
+ */
+export function planFiles(plan, source = "plan") {
+  checkPlanSchema(plan, source);
+  const files = new Map();
+  for (const [role, artifact] of Object.entries(plan.artifacts)) {
+    if (plan.graph_kind === "stateful") {
+      try {
+        checkStepContract(artifact.contract, `plan artifact ${pyRepr(role)}`);
+      } catch (error) {
+        throw new PlanError(`${source}: artifacts.${role}.contract: ${error.message}`);
+      }
+    }
+    const { file, sha256, size_bytes: size } = artifact;
+    const known = files.get(file);
+    if (known && (known.sha256 !== sha256 || known.size !== size)) {
+      throw new PlanError(`${source}: artifact ${file} is named twice with different sha256 or size`);
+    }
+    files.set(file, { file, sha256, size });
+  }
+  return [...files.values()];
+}
+
+/** The URL path of `file` (a path relative to the plan, maybe in a subfolder): each segment escaped. */
+export const artifactPath = (file) => file.split("/").map(encodeURIComponent).join("/");
 
 /** The body of `response`, refused as soon as it passes `limit` bytes (no allocation from a hostile length). */
 async function readCapped(response, limit, file) {
@@ -61,36 +115,12 @@ async function readCapped(response, limit, file) {
   return filled === limit ? out.buffer : out.slice(0, filled).buffer;
 }
 
-/** The plan's distinct files with their expected size and sha256 (a file named by two roles is one file). */
-export function planFiles(plan) {
-  if (plan === null || typeof plan !== "object" || typeof plan.artifacts !== "object" || plan.artifacts === null) {
-    throw new PlanError("the plan has no artifacts object: not an execution plan");
-  }
-  if (typeof plan.plan_id !== "string" || !SHA256.test(plan.plan_id)) {
-    throw new PlanError(`the plan's plan_id ${String(plan.plan_id).slice(0, 80)} is not 64 hex digits`);
-  }
-  const files = new Map();
-  for (const [role, artifact] of Object.entries(plan.artifacts)) {
-    const { file, sha256, size_bytes: size } = artifact ?? {};
-    if (typeof file !== "string" || !SAFE_FILE.test(file)) {
-      throw new PlanError(`artifact ${role}: file ${JSON.stringify(file)?.slice(0, 80)} is not a plain file name`);
-    }
-    if (typeof sha256 !== "string" || !SHA256.test(sha256) || !Number.isSafeInteger(size) || size < 0) {
-      throw new PlanError(`artifact ${role} (${file}): sha256 and size_bytes are missing or malformed`);
-    }
-    const known = files.get(file);
-    if (known && (known.sha256 !== sha256 || known.size !== size)) {
-      throw new PlanError(`artifact ${file} is named twice with different sha256 or size`);
-    }
-    files.set(file, { file, sha256, size });
-  }
-  return [...files.values()];
-}
-
 /**
  * Fetch the plan of `hardwareClass` and every artifact it names; returns `{plan, artifacts: Map(file ->
- * ArrayBuffer), fetched: [files], cached: [files], seconds}`. A wrong size or sha256 throws PlanError naming
- * the file, the expected and the found value, and caches nothing.
+ * ArrayBuffer), fetched: [files], cached: [files], damaged: [files], seconds}` (`damaged`: cached entries whose size
+ * or sha256 no longer matched, fetched again). A plan that fails its checks throws PlanError before any artifact is
+ * fetched; a wrong size or sha256 throws PlanError naming the file, the expected and the found value, and caches
+ * nothing.
  */
 export async function loadPlan({
   baseUrl = "",
@@ -112,28 +142,31 @@ export async function loadPlan({
   if (!response.ok) throw await refusal(response, `the ${hardwareClass} plan`);
   let plan;
   try {
-    plan = await response.json();
-  } catch {
-    throw new PlanError(`the ${hardwareClass} plan is not JSON`);
+    plan = parsePythonJson(await response.text()).value;
+  } catch (error) {
+    throw new PlanError(`the ${hardwareClass} plan is not JSON: ${error.message}`);
   }
-  const files = planFiles(plan);
+  const files = planFiles(plan, `the ${hardwareClass} plan`);
   const artifacts = new Map();
   const verified = [];
   const cached = [];
-  const cacheKey = (file) => `${base}/artifacts/${encodeURIComponent(file)}?plan_id=${plan.plan_id}`;
+  const damaged = [];
+  const cacheKey = (file) => `${base}/artifacts/${artifactPath(file)}?plan_id=${plan.plan_id}`;
+  const sha256Of = async (buffer) => hex(await crypto.subtle.digest("SHA-256", buffer));
   for (const { file, sha256, size } of files) {
     const hit = cache ? await cache.match(cacheKey(file)) : undefined;
     if (hit) {
       const buffer = await hit.arrayBuffer();
-      if (buffer.byteLength === size) {
+      if (buffer.byteLength === size && (await sha256Of(buffer)) === sha256) {
         artifacts.set(file, buffer);
         cached.push(file);
         continue;
       }
+      damaged.push(file); // fetched and verified anew below; the put replaces the entry
     }
     let body;
     try {
-      body = await fetch(`${base}/artifacts/${encodeURIComponent(file)}`, { headers, cache: "no-store" });
+      body = await fetch(`${base}/artifacts/${artifactPath(file)}`, { headers, cache: "no-store" });
     } catch (error) {
       throw new PlanError(`cannot fetch artifact ${file}: ${error.message}`);
     }
@@ -142,7 +175,7 @@ export async function loadPlan({
     if (buffer.byteLength !== size) {
       throw new PlanError(`artifact ${file}: expected ${size} bytes, found ${buffer.byteLength}; nothing was cached`);
     }
-    const found = hex(await crypto.subtle.digest("SHA-256", buffer));
+    const found = await sha256Of(buffer);
     if (found !== sha256) {
       throw new PlanError(
         `artifact ${file}: sha256 mismatch: expected ${sha256}, found ${found}; the file is damaged or not the ` +
@@ -160,5 +193,5 @@ export async function loadPlan({
       await cache.put(cacheKey(file), response);
     }
   }
-  return { plan, artifacts, fetched: verified, cached, seconds: (performance.now() - started) / 1000 };
+  return { plan, artifacts, fetched: verified, cached, damaged, seconds: (performance.now() - started) / 1000 };
 }

@@ -239,3 +239,12 @@ export function pyRepr(value, isFloat = false) {
   const items = Object.entries(value).map(([key, item]) => `${pyStrRepr(key)}: ${pyRepr(item, floats?.has(key))}`);
   return `{${items.join(", ")}}`;
 }
+
+/** type(x).__name__ in Python for a value parsePythonJson read (`isFloat`: it was written as a float). */
+export function pyTypeName(value, isFloat = false) {
+  if (value === null || value === undefined) return "NoneType";
+  if (typeof value === "boolean") return "bool";
+  if (typeof value === "number") return isFloat || !Number.isInteger(value) ? "float" : "int";
+  if (typeof value === "string") return "str";
+  return Array.isArray(value) ? "list" : "dict";
+}

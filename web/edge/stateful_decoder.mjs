@@ -11,6 +11,10 @@
 // flush() pads the last step with code 0; the decoder is causal, so the padding cannot change the audio of
 // real frames, and the padding's own audio is cut off.
 
+import stepSchema from "./schemas/step_contract.schema.json" with { type: "json" };
+
+import { FLOATS, pyRepr, pyStrRepr, pyTypeName } from "./pyjson.mjs";
+
 export class StepContractError extends Error {
   constructor(message) {
     super(message);
@@ -26,45 +30,127 @@ export class InvalidFramesError extends Error {
   }
 }
 
-const LIMITS = {
-  step_frames: 4096,
-  cache_numel: 1 << 28,
-  head_dim: 1024,
-  kv_slots: 1 << 16,
-  hop: 1 << 16,
-  sample_rate: 1 << 20,
-  num_quantizers: 64,
-  codebook_size: 1 << 16,
-};
+// The contract's fields and bounds are data: vllm_omni/edge/plan/schemas/step_contract.schema.json, which
+// vllm_omni/edge/graphs/step_contract.py reads too (served beside this module as ./schemas/, a link to that folder
+// in the checkout). The checks below are step_contract.py's, in its order and with its messages:
+// tests/data/plan_cases.json holds the cases both must answer the same.
+const FIELDS = stepSchema.properties;
+export const STEP_SCHEMA_VERSION = FIELDS.schema_version.const;
+/** [key, minimum, maximum] of each integer field, in the schema's order (the order both readers check them in). */
+export const COUNT_BOUNDS = Object.entries(FIELDS)
+  .filter(([, rule]) => rule.type === "integer")
+  .map(([key, rule]) => [key, rule.minimum, rule.maximum]);
+const MAX_LAYOUT_ENTRIES = FIELDS.cache_layout.maxItems;
+const SHAPE = FIELDS.cache_layout.items.prefixItems[3];
+const MAX_LAYOUT_RANK = SHAPE.maxItems;
+const MAX_LAYOUT_DIM = SHAPE.items.maximum;
+export const INPUT_NAMES = FIELDS.input_names.const;
+export const OUTPUT_NAMES = FIELDS.output_names.const;
 
-/** Check the fields a runtime allocates from (bounds as step_contract.py's LIMITS); returns the contract. */
-export function checkStepContract(contract, source = "plan") {
-  if (contract === null || typeof contract !== "object") {
-    throw new StepContractError(`${source}: a step contract is a JSON object, found ${typeof contract}`);
+const isFloatAt = (container, key) => Boolean(container?.[FLOATS]?.has(key));
+/** Python's `type(x) is int and x >= 0` for a value parsePythonJson read (`16.0` and `true` are not counts). */
+const isCount = (value, isFloat) => typeof value === "number" && Number.isInteger(value) && !isFloat && value >= 0;
+/** Python's str(x)[:length] for a value parsePythonJson read. */
+const pyStrHead = (value, isFloat, length) =>
+  [...(typeof value === "string" ? value : pyRepr(value, isFloat))].slice(0, length).join("");
+
+/** The cache layout rows `[name, offset, numel, shape]`, read strictly as step_contract.py's CacheLayout.from_json. */
+function checkCacheLayout(rows, isFloat) {
+  if (!Array.isArray(rows) || rows.length > MAX_LAYOUT_ENTRIES) {
+    const found = Array.isArray(rows) ? `${rows.length} rows` : pyTypeName(rows, isFloat);
+    throw new StepContractError(`cache layout: expected a list of at most ${MAX_LAYOUT_ENTRIES} rows, found ${found}`);
   }
-  if (contract.schema_version !== 1) {
-    throw new StepContractError(`${source} uses step schema ${contract.schema_version}; this runtime reads schema 1`);
-  }
-  for (const [key, limit] of Object.entries(LIMITS)) {
-    const value = contract[key];
-    const low = key === "kv_slots" ? 0 : 1;
-    if (!Number.isInteger(value) || value < low || value > limit) {
-      throw new StepContractError(`${source}: ${key} must be an integer in ${low}..${limit}, found ${value}`);
+  rows.forEach((row, index) => {
+    const shape = Array.isArray(row) ? row[3] : undefined;
+    const wellFormed =
+      Array.isArray(row) &&
+      row.length === 4 &&
+      typeof row[0] === "string" &&
+      isCount(row[1], isFloatAt(row, 1)) &&
+      isCount(row[2], isFloatAt(row, 2)) &&
+      Array.isArray(shape) &&
+      shape.length <= MAX_LAYOUT_RANK &&
+      shape.every((size, i) => isCount(size, isFloatAt(shape, i)) && size <= MAX_LAYOUT_DIM);
+    if (!wellFormed) {
+      throw new StepContractError(
+        `cache layout row ${pyStrHead(row, isFloatAt(rows, index), 80)} is not [name, offset, numel, shape] with ` +
+          "counts >= 0",
+      );
     }
+  });
+  let offset = 0;
+  for (const [name, start, numel, shape] of rows) {
+    const product = shape.reduce((total, size) => total * BigInt(size), 1n);
+    if (start !== offset || BigInt(numel) !== product) {
+      throw new StepContractError(
+        `cache layout entry ${pyRepr(name)} is inconsistent (offset ${start}, expected ${offset}; numel ${numel} ` +
+          `vs shape ${pyRepr(shape)})`,
+      );
+    }
+    offset += numel;
   }
-  const frequencies = contract.rope_inv_freq;
-  if (!Array.isArray(frequencies) || frequencies.length !== contract.head_dim / 2) {
-    throw new StepContractError(`${source}: rope_inv_freq must hold head_dim / 2 = ${contract.head_dim / 2} numbers`);
+  return offset;
+}
+
+/**
+ * Check a step contract as a runtime reads it before allocating from it (vllm_omni/edge/graphs/step_contract.py's
+ * StepContract.from_json: the same checks, order and messages); returns the contract. Values read by
+ * parsePythonJson keep Python's int/float distinction (`16.0` is refused as a size, as in Python).
+ */
+export function checkStepContract(contract, source = "plan") {
+  if (contract === null || typeof contract !== "object" || Array.isArray(contract)) {
+    throw new StepContractError(`${source}: a step contract is a JSON object, found ${pyTypeName(contract)}`);
   }
-  if (!frequencies.every((f) => typeof f === "number" && Number.isFinite(f))) {
+  const read = (key) => {
+    if (!Object.hasOwn(contract, key)) {
+      throw new StepContractError(
+        `${source} has no 'qwen3_tts.${key}' metadata: it is not a Qwen3-TTS stateful step graph exported by ` +
+          "vllm_omni.edge (re-export it with export_step_onnx)",
+      );
+    }
+    return contract[key];
+  };
+  const version = read("schema_version");
+  if (!(isCount(version, isFloatAt(contract, "schema_version")) && version === STEP_SCHEMA_VERSION)) {
+    throw new StepContractError(
+      `${source} uses step schema ${pyStrHead(version, isFloatAt(contract, "schema_version"), 20)}; this runtime ` +
+        `reads schema ${STEP_SCHEMA_VERSION}. Re-export the graph with this version.`,
+    );
+  }
+  const frequencies = read("rope_inv_freq");
+  if (!Array.isArray(frequencies) || !frequencies.every((f) => typeof f === "number" && Number.isFinite(f))) {
     throw new StepContractError(`${source}: rope_inv_freq must be a list of finite numbers`);
   }
-  const layout = contract.cache_layout;
-  if (Array.isArray(layout)) {
-    const sum = layout.reduce((total, row) => total + (Array.isArray(row) ? row[2] : NaN), 0);
-    if (sum !== contract.cache_numel) {
-      throw new StepContractError(`${source}: cache layout sums to ${sum} floats but cache_numel is ${contract.cache_numel}`);
+  const geometry = read("geometry");
+  if (geometry === null || typeof geometry !== "object" || Array.isArray(geometry)) {
+    const isFloat = isFloatAt(contract, "geometry");
+    throw new StepContractError(`${source}: geometry must be a JSON object, found ${pyTypeName(geometry, isFloat)}`);
+  }
+  const count = (key, low, high) => {
+    const value = read(key);
+    const isFloat = isFloatAt(contract, key);
+    if (!isCount(value, isFloat) || value < low || value > high) {
+      throw new StepContractError(
+        `${source}: ${key} must be an integer in ${low}..${high}, found ${pyStrRepr(pyStrHead(value, isFloat, 40))}`,
+      );
     }
+  };
+  for (const [key, low, high] of COUNT_BOUNDS) if (key !== "max_step_frames") count(key, low, high);
+  const layoutNumel = checkCacheLayout(read("cache_layout"), isFloatAt(contract, "cache_layout"));
+  const dynamic = Object.hasOwn(contract, "max_step_frames");
+  if (dynamic) count("max_step_frames", ...COUNT_BOUNDS.find(([key]) => key === "max_step_frames").slice(1));
+  if (dynamic && contract.step_frames > contract.max_step_frames) {
+    throw new StepContractError(
+      `${source}: step_frames ${contract.step_frames} exceeds the graph's max_step_frames ${contract.max_step_frames}`,
+    );
+  }
+  if (layoutNumel !== contract.cache_numel) {
+    throw new StepContractError(
+      `${source}: cache layout sums to ${layoutNumel} floats but cache_numel is ${contract.cache_numel}`,
+    );
+  }
+  if (frequencies.length !== Math.floor(contract.head_dim / 2)) {
+    throw new StepContractError(`${source}: ${frequencies.length} RoPE frequencies for head_dim ${contract.head_dim}`);
   }
   return contract;
 }

@@ -35,6 +35,7 @@
 //        received and decoded since it loaded
 
 import { loadPlan } from "./edge/plan.mjs";
+import { serverMessage } from "./edge/server_message.mjs";
 import { CodecStreamError, CodecStreamParser } from "./edge/stream.mjs";
 
 const HARDWARE_CLASS = "browser";
@@ -164,16 +165,6 @@ function base64url(text) {
   let binary = "";
   for (const byte of bytes) binary += String.fromCharCode(byte);
   return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
-}
-
-/** A one-line reason from an OpenAI-style error body. */
-async function serverMessage(response) {
-  try {
-    const body = await response.json();
-    return body?.error?.message ?? body?.detail ?? `HTTP ${response.status}`;
-  } catch {
-    return `HTTP ${response.status}`;
-  }
 }
 
 // -- voices -------------------------------------------------------------------------------------------

@@ -25,29 +25,32 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from ..errors import EdgeError
 from ..geometry import CodecGeometry
 
-STEP_SCHEMA_VERSION = 1
+# The contract's fields and bounds are data, read by this module and by the browser's reader
+# (web/edge/stateful_decoder.mjs) alike: one JSON Schema beside the plan's. It is a file of the plan
+# layer's folder read by path (the plan layer imports this module, never the reverse).
+STEP_SCHEMA_PATH = Path(__file__).parents[1] / "plan" / "schemas" / "step_contract.schema.json"
+STEP_SCHEMA: dict[str, Any] = json.loads(STEP_SCHEMA_PATH.read_text())
+_FIELDS = STEP_SCHEMA["properties"]
+STEP_SCHEMA_VERSION: int = _FIELDS["schema_version"]["const"]
 # Bounds a contract read from a file must keep (checked before a runtime allocates from them): far above
 # the released step (B 16, N 1,303,424 floats, head_dim 64, 71 KV slots), far below exhausting memory.
-LIMITS = {
-    "step_frames": 4096,
-    "max_step_frames": 4096,
-    "cache_numel": 1 << 28,  # 1 GiB of float32
-    "head_dim": 1024,
-    "kv_slots": 1 << 16,
-    "hop": 1 << 16,
-    "sample_rate": 1 << 20,
-    "num_quantizers": 64,
-    "codebook_size": 1 << 16,
+# (minimum, maximum) of each integer field, in the schema's order (the order both readers check them in).
+COUNT_BOUNDS: dict[str, tuple[int, int]] = {
+    key: (rule["minimum"], rule["maximum"]) for key, rule in _FIELDS.items() if rule.get("type") == "integer"
 }
-MAX_LAYOUT_ENTRIES = 1 << 14
-MAX_LAYOUT_RANK = 8
-INPUT_NAMES = ("audio_codes", "freqs_in", "cache_valid", "cache_in")
-OUTPUT_NAMES = ("audio_values", "cache_out")
+LIMITS = {key: high for key, (_low, high) in COUNT_BOUNDS.items()}
+MAX_LAYOUT_ENTRIES: int = _FIELDS["cache_layout"]["maxItems"]
+_SHAPE = _FIELDS["cache_layout"]["items"]["prefixItems"][3]
+MAX_LAYOUT_RANK: int = _SHAPE["maxItems"]
+MAX_LAYOUT_DIM: int = _SHAPE["items"]["maximum"]
+INPUT_NAMES: tuple[str, ...] = tuple(_FIELDS["input_names"]["const"])
+OUTPUT_NAMES: tuple[str, ...] = tuple(_FIELDS["output_names"]["const"])
 
 
 class StepContractError(EdgeError):
@@ -107,7 +110,7 @@ class CacheLayout:
                 and all(_is_count(value) for value in row[1:3])
                 and isinstance(row[3], list)
                 and len(row[3]) <= MAX_LAYOUT_RANK
-                and all(_is_count(size) and size <= LIMITS["cache_numel"] for size in row[3])
+                and all(_is_count(size) and size <= MAX_LAYOUT_DIM for size in row[3])
             ):
                 raise StepContractError(
                     f"cache layout row {str(row)[:80]} is not [name, offset, numel, shape] with counts >= 0"
@@ -208,6 +211,15 @@ class StepContract:
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, str], source: str = "graph") -> StepContract:
+        """The contract in a graph's ``qwen3_tts.*`` metadata (JSON values), read strictly.
+
+        Checked in this order, the first fault raising :class:`StepContractError`: schema_version,
+        rope_inv_freq, geometry, the integer fields in the step schema's order (:data:`COUNT_BOUNDS`),
+        the cache layout (rows, then offsets and sizes), max_step_frames, then step_frames against it,
+        the layout's sum against cache_numel and the RoPE count against head_dim. The browser's
+        reader (``web/edge/stateful_decoder.mjs``) checks in the same order with the same messages.
+        """
+
         def read(key: str) -> Any:
             try:
                 return json.loads(metadata[f"qwen3_tts.{key}"])
@@ -220,10 +232,10 @@ class StepContract:
                 ) from exc
 
         def count(key: str) -> int:
-            value, low = read(key), 0 if key == "kv_slots" else 1
-            if not _is_count(value) or not low <= value <= LIMITS[key]:
+            value, (low, high) = read(key), COUNT_BOUNDS[key]
+            if not _is_count(value) or not low <= value <= high:
                 raise StepContractError(
-                    f"{source}: {key} must be an integer in {low}..{LIMITS[key]}, found {str(value)[:40]!r}"
+                    f"{source}: {key} must be an integer in {low}..{high}, found {str(value)[:40]!r}"
                 )
             return value
 
@@ -241,15 +253,16 @@ class StepContract:
         geometry = read("geometry")
         if not isinstance(geometry, dict):
             raise StepContractError(f"{source}: geometry must be a JSON object, found {type(geometry).__name__}")
+        counts = {key: count(key) for key in COUNT_BOUNDS if key != "max_step_frames"}
         contract = cls(
-            step_frames=count("step_frames"),
-            cache_numel=count("cache_numel"),
-            head_dim=count("head_dim"),
-            kv_slots=count("kv_slots"),
-            samples_per_frame=count("hop"),
-            sample_rate=count("sample_rate"),
-            num_quantizers=count("num_quantizers"),
-            codebook_size=count("codebook_size"),
+            step_frames=counts["step_frames"],
+            cache_numel=counts["cache_numel"],
+            head_dim=counts["head_dim"],
+            kv_slots=counts["kv_slots"],
+            samples_per_frame=counts["hop"],
+            sample_rate=counts["sample_rate"],
+            num_quantizers=counts["num_quantizers"],
+            codebook_size=counts["codebook_size"],
             rope_inv_freq=tuple(float(f) for f in frequencies),
             layout=CacheLayout.from_json(read("cache_layout")),
             geometry=geometry,

@@ -1,4 +1,5 @@
-// Fetching a plan: every artifact checked by size and sha256 once, cached by plan id, refused when wrong.
+// Fetching a plan: every artifact checked by size and sha256 on each load, downloaded once (cached by plan id),
+// refused when wrong. (What a plan may say is the shared table's: plan_cases.test.mjs.)
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -13,16 +14,19 @@ const plan = JSON.parse(planText);
 const file = plan.artifacts.main.file;
 const graph = readFileSync(fixturePath("decode", cases.plan_dir, file));
 
-/** A server of the plan: records requests; `damage` flips a byte of the artifact; `key` is the API key it wants. */
-function server({ damage = false, key = null, body = graph } = {}) {
+/**
+ * A server of the plan: records requests; `damage` flips a byte of the artifact; `key` is the API key it wants;
+ * `text` and `path` are the plan it serves and the URL path of its artifact.
+ */
+function server({ damage = false, key = null, body = graph, text = planText, path = file } = {}) {
   const requests = [];
   const fetch = async (url, { headers = {} } = {}) => {
     requests.push(url);
     if (key && headers.Authorization !== `Bearer ${key}`) {
       return Response.json({ error: { message: "invalid API key", type: "invalid_request_error" } }, { status: 401 });
     }
-    if (url === "http://edge.test/v1/edge/plans/browser") return new Response(planText);
-    if (url === `http://edge.test/v1/edge/plans/browser/artifacts/${file}`) {
+    if (url === "http://edge.test/v1/edge/plans/browser") return new Response(text);
+    if (url === `http://edge.test/v1/edge/plans/browser/artifacts/${path}`) {
       const bytes = Uint8Array.from(body);
       if (damage) bytes[1000] ^= 0xff;
       return new Response(bytes);
@@ -61,7 +65,7 @@ function countingCrypto() {
 
 const options = (extra) => ({ baseUrl: "http://edge.test", hardwareClass: "browser", ...extra });
 
-test("a plan loads, each file is verified once, and a second load verifies nothing twice", async () => {
+test("a plan loads, each file is fetched once, and a second load hashes the cached copy instead", async () => {
   const cache = memoryCache();
   const crypto = countingCrypto();
   const first = server();
@@ -76,10 +80,47 @@ test("a plan loads, each file is verified once, and a second load verifies nothi
 
   const again = server();
   const reloaded = await loadPlan(options({ fetch: again.fetch, cache, crypto }));
-  assert.equal(crypto.digests, 1, "nothing hashed twice");
+  assert.equal(crypto.digests, 2, "the cached copy is hashed: Cache Storage has no identity to remember a check by");
   assert.deepStrictEqual(reloaded.cached, [file]);
+  assert.deepStrictEqual(reloaded.damaged, []);
   assert.deepStrictEqual(again.requests, ["http://edge.test/v1/edge/plans/browser"], "only the plan is fetched again");
   assert.deepStrictEqual(new Uint8Array(reloaded.artifacts.get(file)), new Uint8Array(graph));
+});
+
+test("a cached copy of the right size but another sha256 is fetched again and replaced", async () => {
+  const cache = memoryCache();
+  await loadPlan(options({ fetch: server().fetch, cache }));
+  const [key] = cache.entries.keys();
+  cache.entries.get(key)[1000] ^= 0xff; // same size, other bytes
+  const again = server();
+  const reloaded = await loadPlan(options({ fetch: again.fetch, cache }));
+  assert.deepStrictEqual(reloaded.damaged, [file]);
+  assert.deepStrictEqual(reloaded.cached, []);
+  assert.deepStrictEqual(reloaded.fetched, [file]);
+  assert.equal(again.requests.length, 2, "the plan and the artifact");
+  assert.deepStrictEqual(new Uint8Array(reloaded.artifacts.get(file)), new Uint8Array(graph));
+  assert.deepStrictEqual(cache.entries.get(key), new Uint8Array(graph), "the cache entry is replaced");
+});
+
+test("an artifact in a subfolder is fetched at its path, each segment escaped", async () => {
+  const nested = structuredClone(plan);
+  for (const role of Object.keys(nested.artifacts)) nested.artifacts[role].file = "graphs/step b.onnx";
+  const path = "graphs/step%20b.onnx";
+  const loaded = await loadPlan(options({ fetch: server({ text: JSON.stringify(nested), path }).fetch }));
+  assert.deepStrictEqual(loaded.fetched, ["graphs/step b.onnx"]);
+  assert.deepStrictEqual(new Uint8Array(loaded.artifacts.get("graphs/step b.onnx")), new Uint8Array(graph));
+});
+
+test("a plan that breaks its schema is refused before any artifact is fetched", async () => {
+  const broken = structuredClone(plan);
+  broken.artifacts.main.size_bytes = 0;
+  const refusing = server({ text: JSON.stringify(broken) });
+  await assert.rejects(loadPlan(options({ fetch: refusing.fetch })), (error) => {
+    assert.ok(error instanceof PlanError);
+    assert.equal(error.message, "the browser plan: artifacts.main.size_bytes: 0 is less than the minimum of 1");
+    return true;
+  });
+  assert.deepStrictEqual(refusing.requests, ["http://edge.test/v1/edge/plans/browser"]);
 });
 
 test("a wrong sha256 throws PlanError naming the file, expected and found, and caches nothing", async () => {
