@@ -109,7 +109,7 @@ def short_clip(tmp_path_factory) -> Path:
     trailing text, held step by step)."""
     import wave
 
-    from vllm_omni.model_executor.models.qwen3_tts.reference_audio import load_reference_audio
+    from vllm_omni.entrypoints.reference_decoding import load_reference_audio
 
     samples = load_reference_audio(VOICES / "ref_b_22k.wav")[: int(0.6 * 24_000)]
     path = tmp_path_factory.mktemp("clip") / "b_short.wav"

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from vllm_omni.entrypoints.voice_store import VoiceStore, VoiceStoreError
-from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import VoiceClonePrompt
+from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError, VoiceClonePrompt
 
 pytestmark = pytest.mark.vllm  # prompt_builder's config needs transformers (the serving venv)
 
@@ -183,7 +183,7 @@ def test_the_server_reads_voice_files_off_its_event_loop(tmp_path, monkeypatch):
     """A speech request naming an uploaded voice, the voice list, an upload's checks and a delete: every read
     of a voice file happens on a worker thread, never on the event loop."""
     from vllm_omni.entrypoints.edge_state import EdgeServingState
-    from vllm_omni.entrypoints.speech_api import SpeechApiError, speech_body_model, to_speech_request
+    from vllm_omni.entrypoints.speech_api import speech_body_model, to_speech_request
     from vllm_omni.entrypoints.speech_limits import SpeechLimits
 
     store(tmp_path).save("alice", voice(), "synthetic")
@@ -214,7 +214,7 @@ def test_the_server_reads_voice_files_off_its_event_loop(tmp_path, monkeypatch):
         store(tmp_path).save("alice", voice(offset=1.0), "synthetic")
         listed = await edge.voices()
         again, nobody = await speak(voice="alice"), await speak(voice="nobody")
-        with pytest.raises(SpeechApiError, match="is an uploaded voice: give it, or ref_audio, not both"):
+        with pytest.raises(SpeechRequestError, match="give one voice to clone: uploaded_voice and speaker_embedding"):
             await speak(voice="alice", speaker_embedding=[0.0] * HIDDEN)
         await edge.voice_files(edge.voice_store.check_room, "bob")
         await edge.voice_files(edge.voice_store.delete, "alice")

@@ -72,7 +72,8 @@ class EdgeServingState:
         return origin.startswith(("http://", "https://")) and page == host
 
     def plan(self, name: str):
-        """The published plan of class ``name``; a 404 naming the served classes otherwise."""
+        """The published plan of class ``name``; a 404 naming the served classes otherwise (the plan routes answer it,
+        the WebSocket closes with its text and code 4404)."""
         from .speech_api import SpeechApiError
 
         plan = self.plans.published.get(name)
@@ -113,14 +114,11 @@ class EdgeServingState:
         """``request`` with the uploaded voice it names read from the store as it is now (the file may have been
         replaced through another API server process). A name that is not an uploaded voice is left to the
         checkpoint to refuse as a speaker (a Base checkpoint has no preset speakers)."""
-        from .speech_api import SpeechApiError
-
         name = request.uploaded_voice
         stored = await self.voice_files(self.voice_store.get, name) if self.voice_store is not None else None
         if stored is None:
             return dataclasses.replace(request, uploaded_voice=None, speaker=name)
-        if request.ref_audio is not None or request.speaker_embedding is not None:
-            raise SpeechApiError(400, f"voice {name!r} is an uploaded voice: give it, or ref_audio, not both")
+        request.check_one_voice()
         return dataclasses.replace(request, uploaded_voice=None, voice=stored.voice)
 
     async def prepare(self, request: Any, request_id: str) -> Any:
@@ -144,15 +142,6 @@ class EdgeServingState:
         rows = [{"name": name, "type": "builtin", "dialect": dialects.get(name.lower()) or None} for name in builtin]
         uploaded = await self.voice_files(self.voice_store.list) if self.voice_store is not None else []
         return rows + [stored.describe() for stored in uploaded]
-
-
-def artifact_files(plan) -> dict[str, tuple[str, int]]:
-    """Every file a device downloads for ``plan``: name -> (sha256, size)."""
-    files = {a.file: (a.sha256, a.size_bytes) for a in plan.artifacts.values()}
-    files |= {
-        a.source["file"]: (a.source["sha256"], a.source["size_bytes"]) for a in plan.artifacts.values() if a.source
-    }
-    return files
 
 
 def served_model_names(args: Any) -> tuple[str, ...]:

@@ -87,6 +87,14 @@ class SpeechRequest:
     # event loop, before the request is built (EdgeServingState.resolve_voice).
     uploaded_voice: str | None = None
 
+    def check_one_voice(self) -> None:
+        """Refuse a request that gives more than one voice to clone (a voice prompt or stored voice, an uploaded
+        voice's name, ``ref_audio``, ``speaker_embedding``): :class:`SpeechRequestError` naming them."""
+        fields = ("voice", "uploaded_voice", "ref_audio", "speaker_embedding")
+        given = [name for name in fields if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise SpeechRequestError(f"give one voice to clone: {' and '.join(given)} were both given")
+
 
 @dataclass(frozen=True)
 class EngineRequest:
@@ -113,7 +121,8 @@ class _SpeechFrontend:
         self.config: Qwen3TTSConfig = engine_config.hf_config
         talker = self.config.talker_config
         local = Path(model)
-        self.defaults = load_generation_defaults(local if local.is_dir() else _hub_snapshot(model))
+        generation = None if local.is_dir() else _hub_snapshot(model, ["generation_config.json"], required=False)
+        self.defaults = load_generation_defaults(local if local.is_dir() else generation)
         tokenizer = AutoTokenizer.from_pretrained(model)
         self.max_model_len = max_model_len
         self.prompts = PromptBuilder(self.config, tokenizer, max_prompt_positions=max_model_len - 2)
@@ -127,9 +136,7 @@ class _SpeechFrontend:
         CPU work (the speaker encoder and the speech tokenizer's encoder): a server runs this off its loop."""
         if request.uploaded_voice is not None:  # a server reads it first (EdgeServingState.resolve_voice)
             raise SpeechRequestError(f"the uploaded voice {request.uploaded_voice!r} was not read")
-        given = [name for name in ("voice", "ref_audio", "speaker_embedding") if getattr(request, name) is not None]
-        if len(given) > 1:
-            raise SpeechRequestError(f"give one voice to clone: {' and '.join(given)} were both given")
+        request.check_one_voice()
         if request.voice is not None:
             return request.voice
         if request.speaker_embedding is not None:
@@ -148,7 +155,15 @@ class _SpeechFrontend:
             raise SpeechRequestError(
                 "in-context cloning needs ref_text, the transcript of ref_audio (or set x_vector_only_mode)"
             )
-        return self.voice_encoders().clone(request.ref_audio, request.ref_text, request.x_vector_only_mode)
+        from vllm_omni.model_executor.models.qwen3_tts.reference_audio import ReferenceAudioError
+
+        from .reference_decoding import load_reference_audio
+
+        try:
+            samples = load_reference_audio(request.ref_audio)
+        except ReferenceAudioError as error:
+            raise SpeechRequestError(f"ref_audio: {error}") from None
+        return self.voice_encoders().clone(samples, request.ref_text, request.x_vector_only_mode)
 
     def voice_encoders(self) -> Any:
         """The checkpoint's ``VoiceEncoders`` (Base), made once."""
@@ -156,7 +171,9 @@ class _SpeechFrontend:
             if self._voice_encoders is None:
                 from vllm_omni.model_executor.models.qwen3_tts.voice_encoders import VoiceEncoders
 
-                self._voice_encoders = VoiceEncoders.for_model(self.model)
+                local = Path(self.model)
+                files = ["*.json", "model*.safetensors", "speech_tokenizer/*"]
+                self._voice_encoders = VoiceEncoders(local if local.is_dir() else _hub_snapshot(self.model, files))
         return self._voice_encoders
 
     def build_request(self, request: SpeechRequest, request_key: str | None = None) -> EngineRequest:
@@ -266,15 +283,18 @@ def check_speaker_embedding(values: Any, config: Qwen3TTSConfig) -> tuple[float,
     return tuple(float(x) for x in vector)
 
 
-def _hub_snapshot(model: str) -> Path | None:
-    """The hub snapshot holding ``generation_config.json`` (vLLM fetched the rest of the model already)."""
+def _hub_snapshot(model: str, files: list[str], required: bool = True) -> Path | None:
+    """The local snapshot of hub model ``model`` holding ``files`` (patterns; vLLM fetched its weights already).
+    Not ``required``: None, with a warning, when the hub cannot give them."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError
 
     try:
-        return Path(snapshot_download(model, allow_patterns=["generation_config.json"]))
+        return Path(snapshot_download(model, allow_patterns=files))
     except (HfHubHTTPError, OSError) as error:
-        logger.warning("no generation_config.json for %s (%s): the official hard defaults apply", model, error)
+        if required:
+            raise
+        logger.warning("no %s for %s (%s): the official hard defaults apply", files, model, error)
         return None
 
 

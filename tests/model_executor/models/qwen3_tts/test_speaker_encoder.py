@@ -23,10 +23,10 @@ import pytest
 import torch
 
 from vllm_omni.edge.testing.talker_checkpoint import write_talker_files
+from vllm_omni.entrypoints.reference_decoding import load_reference_audio
 from vllm_omni.model_executor.models.qwen3_tts.reference_audio import (
     SPEAKER_MEL,
     ReferenceAudioError,
-    load_reference_audio,
     slaney_mel_filterbank,
     speaker_mel,
 )

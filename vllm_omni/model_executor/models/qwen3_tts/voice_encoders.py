@@ -1,10 +1,10 @@
-"""Reference audio -> a voice to clone: the speaker encoder and the speech tokenizer's encoder of a Base checkpoint.
+"""Reference samples -> a voice to clone: the speaker encoder and the speech tokenizer's encoder of a Base checkpoint.
 
-As the official ``create_voice_clone_prompt``: the audio is decoded and resampled to 24 kHz
-(:mod:`.reference_audio`), its speaker embedding comes from ``speaker_encoder.*``
-(:mod:`.speaker_encoder`) and, for in-context cloning, its 16-codebook codes from the 12 Hz speech
-tokenizer's encoder (:mod:`.tokenizer_12hz.encoder`). Both load on first use, from the model directory
-(or its hub snapshot) the server serves.
+As the official ``create_voice_clone_prompt``: from mono 24 kHz samples (a server decodes the client's file:
+``vllm_omni.entrypoints.reference_decoding``), the speaker embedding comes from ``speaker_encoder.*``
+(:mod:`.speaker_encoder`) and, for in-context cloning, the 16-codebook codes from the 12 Hz speech
+tokenizer's encoder (:mod:`.tokenizer_12hz.encoder`). Both load on first use, from the local model directory
+the server serves.
 """
 
 from __future__ import annotations
@@ -13,17 +13,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .prompt_builder import SpeechRequestError, VoiceClonePrompt
-
-
-def model_directory(model: str) -> Path:
-    """The local directory of ``model`` (a directory, or a hub id whose snapshot vLLM fetched already)."""
-    local = Path(model)
-    if local.is_dir():
-        return local
-    from huggingface_hub import snapshot_download
-
-    return Path(snapshot_download(model, allow_patterns=["*.json", "model*.safetensors", "speech_tokenizer/*"]))
 
 
 class VoiceEncoders:
@@ -35,10 +27,6 @@ class VoiceEncoders:
         self._speaker: Any = None
         self._codes: Any = None
 
-    @classmethod
-    def for_model(cls, model: str) -> VoiceEncoders:
-        return cls(model_directory(model))
-
     def _load(self) -> tuple[Any, Any]:
         with self._lock:
             if self._speaker is None:
@@ -49,15 +37,14 @@ class VoiceEncoders:
                 self._codes = load_speech_tokenizer_encoder(self.directory)
         return self._speaker, self._codes
 
-    def clone(self, audio: Any, reference_text: str | None, x_vector_only: bool) -> VoiceClonePrompt:
-        """The voice of ``audio`` (file bytes, a path, or ``(samples, sample_rate)``); its codes too unless
-        ``x_vector_only``. Bad audio raises :class:`SpeechRequestError` saying what was expected."""
-        from .reference_audio import ReferenceAudioError, load_reference_audio
+    def clone(self, samples: np.ndarray, reference_text: str | None, x_vector_only: bool) -> VoiceClonePrompt:
+        """The voice of ``samples`` (mono float32 at 24 kHz); its codes too unless ``x_vector_only``. Audio the
+        encoders cannot take raises :class:`SpeechRequestError` saying what was expected."""
+        from .reference_audio import ReferenceAudioError
         from .tokenizer_12hz.errors import InvalidAudioError
 
         speaker, codes = self._load()
         try:  # any audio the encoders cannot take (too short for the speaker encoder's kernels too) is the client's
-            samples = load_reference_audio(audio)
             embedding = tuple(float(x) for x in speaker.embed(samples).reshape(-1).tolist())
             if x_vector_only:
                 return VoiceClonePrompt(embedding)
