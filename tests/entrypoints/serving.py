@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import json
@@ -25,6 +26,12 @@ KEY = "test-key-123"
 # The tiny talker's engine: fp32, eager, a 64 MB KV cache (docs/serving/serve.md: CPU memory).
 ENGINE_ARGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "512", "--block-size", "32"]
 ENGINE_ARGS += ["--kv-cache-memory-bytes", str(64 << 20)]
+
+
+def bearer(key: str) -> str:
+    """``key`` as the WebSocket subprotocol a browser offers it in (``bearer.<base64url>``, no padding), as
+    ``web/page/app.mjs`` writes it and ``vllm_omni.entrypoints.socket_auth`` reads it."""
+    return "bearer." + base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
 
 
 def free_port() -> int:

@@ -14,7 +14,6 @@ Every wait is bounded: a page that never gets ready or a speak that never return
 
 from __future__ import annotations
 
-import base64
 import http.client
 import io
 import json
@@ -36,7 +35,7 @@ from vllm_omni.edge.testing.browser import open_headless_chromium
 from vllm_omni.entrypoints.browser_page import ISOLATION_HEADERS, WEB_DIR_ENV, BrowserPage, web_dir
 from vllm_omni.entrypoints.socket_auth import CODEC_SUBPROTOCOL
 
-from .serving import KEY, as_recording, running_server
+from .serving import KEY, as_recording, bearer, running_server
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
@@ -140,10 +139,6 @@ def test_only_the_page_files_are_served(server, repo_root):
         assert status == 404, (path, status)
         assert b"[tool." not in body and b"root:" not in body and b'"dependencies"' not in body, path
     assert (repo_root / "pyproject.toml").is_file()  # the files those paths aimed at exist
-
-
-def bearer(key: str) -> str:
-    return "bearer." + base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
 
 
 def socket_session(server, subprotocols: list[str], messages: list[dict]):

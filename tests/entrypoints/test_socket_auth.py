@@ -13,9 +13,7 @@ from vllm_omni.entrypoints.socket_auth import (
     with_subprotocol_key,
 )
 
-
-def bearer(key: str) -> str:
-    return "bearer." + base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+from .serving import bearer
 
 
 def handshake(subprotocols: list[str], headers: list[tuple[bytes, bytes]] = (), path: str = SOCKET_PATH) -> dict:

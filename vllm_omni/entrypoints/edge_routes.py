@@ -36,7 +36,7 @@ hand-off's job (:mod:`.cli.serve`), so no exporter, graph or builder module is i
 import uuid
 
 from .browser_page import BrowserPage, build_page_router
-from .edge_state import EdgeServingState, artifact_files, load_edge_state
+from .edge_state import EdgeServingState, load_edge_state
 from .server_logs import quiet_known_noise
 from .socket_auth import CODEC_SUBPROTOCOL
 from .speech_api import (
@@ -104,10 +104,10 @@ def build_router():
     async def artifact(request: Request, name: str, artifact: str):
         edge = state(request)
         plan = edge.plan(name)
-        files = artifact_files(plan)
+        files = plan.files()
         if artifact not in files:  # nothing from the request reaches the filesystem unless the plan lists it
             raise SpeechApiError(404, f"{artifact!r} is not an artifact of the {name} plan; listed: {', '.join(files)}")
-        sha256, _size = files[artifact]
+        sha256 = files[artifact].sha256
         headers = {"ETag": f'"{sha256}"', "X-Content-SHA256": sha256}
         if not_modified(request, headers["ETag"]):
             return Response(status_code=304, headers=headers)
@@ -115,7 +115,9 @@ def build_router():
 
     for path in ("/v1/edge/plans/{name}", "/v1/edge/plans/{name}/exec_plan.json"):
         router.add_api_route(path, plan, methods=["GET", "HEAD"])
-    for path in ("/v1/edge/plans/{name}/artifacts/{artifact}", "/v1/edge/plans/{name}/{artifact}"):
+    # {artifact:path}: a plan's file may lie in a subfolder of its directory (the plan schema allows it); only a
+    # name the plan lists is ever opened, so a path from the request never reaches the filesystem by itself.
+    for path in ("/v1/edge/plans/{name}/artifacts/{artifact:path}", "/v1/edge/plans/{name}/{artifact:path}"):
         router.add_api_route(path, artifact, methods=["GET", "HEAD"])
 
     @router.get("/v1/audio/voices")

@@ -180,10 +180,10 @@ class SpeechSocket:
             await self.close(CLOSE_BAD_MESSAGE, "start: " + validation_message(error).removeprefix("invalid "))
         except SpeechApiError as error:
             await self.close(CLOSE_BAD_MESSAGE, f"start: {error}")
-        plan = self.edge.plans.published.get(body.edge_hardware)
-        if plan is None:
-            served = ", ".join(self.edge.plans.published)
-            await self.close(CLOSE_NOT_SERVED, f"edge_hardware {body.edge_hardware!r} is not served; served: {served}")
+        try:
+            plan = self.edge.plan(body.edge_hardware)
+        except SpeechApiError as error:
+            await self.close(CLOSE_NOT_SERVED, f"start: {error}")
         try:  # the voice made once (a cloned one encoded), and refused up front with a stand-in text if bad
             template = to_speech_request(body.model_copy(update={"input": "."}), self.edge.voice_store)
             template = await self.edge.resolve_voice(template)

@@ -21,7 +21,7 @@ export class SchemaKeywordError extends Error {
 
 // Keywords that never fail a value (annotations, and definitions reached through $ref).
 const ANNOTATIONS = new Set(["$schema", "$id", "$comment", "$defs", "title", "description", "default", "examples"]);
-// Keywords read by another keyword (prefixItems by items, then/else by if).
+// Keywords read by another one: then and else, by if.
 const PAIRED = new Set(["then", "else"]);
 
 const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);

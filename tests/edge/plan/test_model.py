@@ -104,6 +104,24 @@ def test_roles_sharing_a_file_must_agree_on_it(plan_copy):
     assert f"artifacts.first: names {GRAPH} like artifacts.main, but with sha256" in load_error(plan_copy)
 
 
+def test_the_files_of_a_plan_are_each_listed_once_with_the_field_that_records_them(plan_copy):
+    """What a device downloads and the server lists: a file two roles share once, a recorded source graph too,
+    and a file in a subfolder of the plan's directory by its relative path."""
+    (plan_copy / "graphs").mkdir()
+    shutil.copy(plan_copy / GRAPH, plan_copy / "graphs" / "source.onnx")
+    graph = json.loads((plan_copy / PLAN_NAME).read_text())["artifacts"]["main"]
+    source = {"file": "graphs/source.onnx", "sha256": graph["sha256"], "size_bytes": graph["size_bytes"]}
+    edit_plan(plan_copy, lambda p: p["artifacts"]["first"].update(source=source))
+    files = ExecPlan.load(plan_copy).files()
+    assert [(name, record.field) for name, record in files.items()] == [
+        (GRAPH, "artifacts.main"),
+        ("graphs/source.onnx", "artifacts.first.source"),
+    ]
+    assert files["graphs/source.onnx"].size_bytes == graph["size_bytes"] == (plan_copy / GRAPH).stat().st_size
+    (plan_copy / "graphs" / "source.onnx").write_bytes(b"\0" * graph["size_bytes"])
+    assert "artifacts.first.source.sha256: the plan says" in load_error(plan_copy)
+
+
 def test_an_unknown_schema_version_or_schema_is_refused(plan_copy):
     edit_plan(plan_copy, lambda p: p.update(schema_version=3))
     assert "schema_version: 3 is not one this reader knows (2)" in load_error(plan_copy)

@@ -190,15 +190,12 @@ def fetch_plan(location: str, cache_dir: Path = DEFAULT_CACHE_DIR, timeout: floa
         payload = parse_json(staging.read_bytes(), plan_url, ExecPlanError, "is the URL a plan's?")
         plan = ExecPlan.from_json(payload, source=plan_url)
         directory = cache_dir / plan.plan_id
-        files = [(a.file, a.sha256, a.size_bytes) for a in plan.artifacts.values()]
-        files += [
-            (a.source["file"], a.source["sha256"], a.source["size_bytes"]) for a in plan.artifacts.values() if a.source
-        ]
-        for name, sha256, size in dict.fromkeys(files):  # roles may share a file: fetched once
-            target = directory / name
-            if check_file(target, size, sha256, sha256_of=verified_sha256) is None:
+        for record in plan.files().values():  # roles may share a file: fetched once
+            target = directory / record.file
+            if check_file(target, record.size_bytes, record.sha256, sha256_of=verified_sha256) is None:
                 continue
-            _download(urllib.parse.urljoin(base, urllib.parse.quote(name)), target, sha256, size, timeout)
+            url = urllib.parse.urljoin(base, urllib.parse.quote(record.file))
+            _download(url, target, record.sha256, record.size_bytes, timeout)
         os.replace(staging, directory / PLAN_NAME)
     finally:
         shutil.rmtree(staging_dir, ignore_errors=True)

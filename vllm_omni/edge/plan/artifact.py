@@ -7,6 +7,18 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class PlanFile:
+    """One file of a plan's directory as the plan records it: ``field`` is where (``artifacts.main`` or
+    ``artifacts.main.source``, the prefix of an error about it), then its name relative to the plan, its sha256
+    and its size in bytes."""
+
+    field: str
+    file: str
+    sha256: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
 class PlanArtifact:
     """One file of a plan: its role, where it is (relative to the plan) and what it must be."""
 
@@ -20,6 +32,14 @@ class PlanArtifact:
     # The method of a multi-method program (ExecuTorch) that is this role; ``None``: the file's only program.
     # Several roles may name one file (one copy of the weights), each through its own method.
     method: str | None = None
+
+    def files(self) -> list[PlanFile]:
+        """The files this role needs in the plan's directory: its own, then the source graph it records."""
+        records = [PlanFile(f"artifacts.{self.role}", self.file, self.sha256, self.size_bytes)]
+        if self.source is not None:
+            row = self.source
+            records.append(PlanFile(f"artifacts.{self.role}.source", row["file"], row["sha256"], row["size_bytes"]))
+        return records
 
     def to_json(self) -> dict[str, Any]:
         row = {"file": self.file, "sha256": self.sha256, "size_bytes": self.size_bytes, "contract": self.contract}

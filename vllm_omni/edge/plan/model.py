@@ -33,7 +33,7 @@ from ..geometry import CodecGeometry
 from ..graphs.step_contract import StepContract
 from ..graphs.window_contract import Window, window_schedule
 from . import validation
-from .artifact import PlanArtifact
+from .artifact import PlanArtifact, PlanFile
 from .schema import PLAN_SCHEMA, PLAN_SCHEMA_VERSION, ExecPlanError, check_schema
 
 PLAN_NAME = "exec_plan.json"
@@ -69,6 +69,15 @@ class ExecPlan:
     def plan_id(self) -> str:
         """sha256 of the plan's canonical JSON (see :func:`_plan_digest`): what a stream's start message names."""
         return _plan_digest(self._body())
+
+    def files(self) -> dict[str, PlanFile]:
+        """Every file of the plan's directory, once each (roles may share a file; its first record is kept): what a
+        device downloads, the server lists under the plan, and :meth:`load` checks. Name -> record."""
+        files: dict[str, PlanFile] = {}
+        for artifact in self.artifacts.values():
+            for record in artifact.files():
+                files.setdefault(record.file, record)
+        return files
 
     def step_contract(self, role: str) -> StepContract:
         return StepContract.from_json(self.artifacts[role].contract, source=f"plan artifact {role!r}")

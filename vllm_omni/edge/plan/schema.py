@@ -58,7 +58,6 @@ def ecma_pattern(pattern: str) -> str:
 
 @cache
 def _validator_class() -> Any:
-    """Draft 2020-12 with ECMA-262 ``pattern`` (see the module's note), messages as jsonschema writes them."""
     import jsonschema
     from jsonschema.exceptions import ValidationError
 
@@ -67,6 +66,12 @@ def _validator_class() -> Any:
             yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
     return jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": pattern})
+
+
+def validator_for(schema: dict[str, Any]) -> Any:
+    """A JSON Schema 2020-12 validator of ``schema`` (jsonschema's, its messages) whose ``pattern`` is ECMA-262's
+    (see the module's note): what every plan and the step schema's own tests are checked with."""
+    return _validator_class()(schema)
 
 
 def check_schema(payload: Any, source: str = "plan") -> None:
@@ -80,7 +85,7 @@ def check_schema(payload: Any, source: str = "plan") -> None:
             f"{source}: schema_version: {payload.get('schema_version')!r} is not one this reader knows "
             f"({PLAN_SCHEMA_VERSION}); rebuild the plan with this version of vllm-omni-edge, or update the reader"
         )
-    validator = _validator_class()(plan_schema())
+    validator = validator_for(plan_schema())
     errors = sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
     if errors:
         error = errors[0]

@@ -21,7 +21,7 @@ from ..geometry import CodecGeometry
 from ..graphs.step_contract import StepContract, StepContractError
 from ..graphs.window_contract import WindowConfigError, WindowContract, check_ramp, window_schedule
 from ..integrity import verified_sha256
-from .artifact import PlanArtifact
+from .artifact import PlanArtifact, PlanFile
 from .schema import ExecPlanError
 
 
@@ -117,23 +117,18 @@ def check_artifacts(plan: PlanParts, source: str = "plan", check_sha256: bool = 
     """Every artifact (and recorded source graph) present with the plan's size and sha256."""
     if plan.directory is None:
         raise ExecPlanError(f"{source}: the plan was not read from a directory; nothing to check files against")
-    checked: dict[str, tuple[str, int, str]] = {}  # file -> (field, size, sha256) of its first record
-    for role, artifact in plan.artifacts.items():
-        records = [(f"artifacts.{role}", artifact.file, artifact.size_bytes, artifact.sha256)]
-        if artifact.source is not None:
-            row = artifact.source
-            records.append((f"artifacts.{role}.source", row["file"], row["size_bytes"], row["sha256"]))
-        for field_name, file, size, sha256 in records:
-            if file in checked:
-                first, first_size, first_sha256 = checked[file]
-                if (first_size, first_sha256) != (size, sha256):
+    checked: dict[str, PlanFile] = {}  # file -> its first record
+    for artifact in plan.artifacts.values():
+        for record in artifact.files():
+            first = checked.setdefault(record.file, record)
+            if first is not record:
+                if (first.size_bytes, first.sha256) != (record.size_bytes, record.sha256):
                     raise ExecPlanError(
-                        f"{source}: {field_name} and {first} name the same file {file} with different sizes or "
-                        "sha256s; the plan was edited by hand or damaged: rebuild it"
+                        f"{source}: {record.field} and {first.field} name the same file {record.file} with "
+                        "different sizes or sha256s; the plan was edited by hand or damaged: rebuild it"
                     )
                 continue
-            _check_file(plan, source, field_name, file, size, sha256, check_sha256)
-            checked[file] = (field_name, size, sha256)
+            _check_file(plan, source, record.field, record.file, record.size_bytes, record.sha256, check_sha256)
 
 
 def check_shared_files(plan: PlanParts, source: str = "plan") -> None:

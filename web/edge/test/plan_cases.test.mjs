@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { firstSchemaError } from "../json_schema.mjs";
+import { SchemaKeywordError, firstSchemaError } from "../json_schema.mjs";
 import { PlanError, checkPlanSchema, planFiles } from "../plan.mjs";
 import { FLOATS, parsePythonJson } from "../pyjson.mjs";
 import stepSchema from "../schemas/step_contract.schema.json" with { type: "json" };
@@ -108,5 +108,14 @@ test("a plan's step contract is checked before any file is fetched, its fault na
     const where = "the browser plan: artifacts.first.contract: plan artifact 'first': ";
     assert.ok(error.message.startsWith(`${where}max_step_frames must be an integer in 1..4096`), error.message);
     return true;
+  });
+});
+
+test("a schema keyword this reader does not implement is an error, never a pass", () => {
+  assert.throws(() => firstSchemaError({ type: "object", patternProperties: { "^x": false } }, { x: 1 }), SchemaKeywordError);
+  assert.throws(() => firstSchemaError({ $ref: "other.json#/a" }, 1), SchemaKeywordError);
+  assert.deepStrictEqual(firstSchemaError({ properties: { a: { minimum: 2 } } }, { a: 1 }), {
+    where: "a",
+    message: "1 is less than the minimum of 2",
   });
 });
