@@ -18,8 +18,8 @@ import logging
 from collections.abc import Callable
 from functools import cache
 from importlib import metadata
-from typing import Any
 
+from ..entry_points import load_plugin, plugin_entry_points
 from .interface import Backend, BackendUnavailableError, ProgramWriter, graph_kinds
 
 logger = logging.getLogger(__name__)
@@ -60,14 +60,8 @@ BUILTIN_BACKENDS: dict[str, Callable[[], Backend | type[Backend]]] = {
 }
 
 
-def _entry_point_backends() -> dict[str, str | Any]:
-    found: dict[str, str | Any] = {}
-    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if entry_point.name in BUILTIN_BACKENDS:
-            logger.warning("backend plugin %r is shadowed by the built-in backend of that name", entry_point.name)
-            continue
-        found[entry_point.name] = entry_point
-    return found
+def _entry_point_backends() -> dict[str, metadata.EntryPoint]:
+    return plugin_entry_points(ENTRY_POINT_GROUP, BUILTIN_BACKENDS, "backend")
 
 
 @cache
@@ -85,13 +79,7 @@ def get_backend(name: str) -> Backend:
     if name in BUILTIN_BACKENDS:
         value = BUILTIN_BACKENDS[name]()
     else:
-        plugins = _entry_point_backends()
-        if name not in plugins:
-            raise BackendUnavailableError(f"unknown backend {name!r}; known: {', '.join(backend_names())}")
-        try:
-            value = plugins[name].load()
-        except Exception as exc:  # a plugin may fail in any way; say which one
-            raise BackendUnavailableError(f"backend plugin {name!r} failed to load: {exc}") from exc
+        value = load_plugin(_entry_point_backends(), name, "backend", backend_names(), BackendUnavailableError)
     return value() if isinstance(value, type) else value
 
 

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable
 from importlib import metadata
 
+from ..entry_points import load_plugin, plugin_entry_points
 from ..errors import EdgeExportError
 from ..graphs.window_contract import check_ramp
 from ..hardware.registry import HardwareClass
@@ -52,13 +53,7 @@ class UnknownBuilderError(EdgeExportError):
 
 
 def _entry_point_builders() -> dict[str, metadata.EntryPoint]:
-    found = {}
-    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if entry_point.name in BUILTIN_BUILDERS:
-            logger.warning("builder plugin %r is shadowed by the built-in builder of that name", entry_point.name)
-            continue
-        found[entry_point.name] = entry_point
-    return found
+    return plugin_entry_points(ENTRY_POINT_GROUP, BUILTIN_BUILDERS, "builder")
 
 
 def builder_names() -> tuple[str, ...]:
@@ -70,13 +65,7 @@ def get_builder(name: str) -> Builder:
     """The builder called ``name``; raises :class:`UnknownBuilderError` naming the known ones."""
     if name in BUILTIN_BUILDERS:
         return BUILTIN_BUILDERS[name]
-    plugins = _entry_point_builders()
-    if name not in plugins:
-        raise UnknownBuilderError(f"unknown builder {name!r}; known: {', '.join(builder_names())}")
-    try:
-        builder = plugins[name].load()
-    except Exception as exc:  # a plugin may fail in any way; say which one
-        raise UnknownBuilderError(f"builder plugin {name!r} failed to load: {exc}") from exc
+    builder = load_plugin(_entry_point_builders(), name, "builder", builder_names(), UnknownBuilderError)
     if not callable(builder):
         raise UnknownBuilderError(f"builder plugin {name!r} gave {type(builder).__name__}, not a callable")
     return builder
