@@ -105,12 +105,12 @@ def _timed(device: torch.device, run, repeats: int) -> float:
     return float(np.median(times))
 
 
-def check_code_predictor(geometry: str, device: torch.device, repeats: int) -> list[dict]:
+def check_code_predictor(geometry: str, device: torch.device, repeats: int, batches=BATCHES) -> list[dict]:
     """Rows of the code-predictor checks, one per (dtype, batch)."""
     predictor, talker_hidden = code_predictor(geometry)
     generator = torch.Generator().manual_seed(1)
     rows = []
-    for batch in BATCHES:
+    for batch in batches:
         hidden = torch.randn(batch, talker_hidden, generator=generator)
         code0 = torch.randn(batch, talker_hidden, generator=generator)
         reference = predictor.predict(hidden, code0, sampling(batch, "cpu"))
@@ -243,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--geometry", choices=("released", "small"), default="released", help="random weights")
     parser.add_argument("--frames", type=int, default=100, help="decoder stream length (frames)")
     parser.add_argument("--repeats", type=int, default=10, help="timed repeats per row")
+    parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES), help="code predictor batch sizes")
     args = parser.parse_args(argv)
     try:
         device = torch.device(args.device)
@@ -252,13 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         print("gpu_check: no CUDA device here (torch.cuda.is_available() is False); pass --device cpu", file=sys.stderr)
         return 2
-    if args.frames < 1 or args.repeats < 1:
-        print("gpu_check: --frames and --repeats must be >= 1", file=sys.stderr)
+    if args.frames < 1 or args.repeats < 1 or min(args.batches) < 1:
+        print("gpu_check: --frames, --repeats and --batches must be >= 1", file=sys.stderr)
         return 2
     started = time.perf_counter()
     rows = []
     for part, run in (
-        ("code predictor", lambda: check_code_predictor(args.geometry, device, args.repeats)),
+        ("code predictor", lambda: check_code_predictor(args.geometry, device, args.repeats, args.batches)),
         ("decoder", lambda: check_decoder(args.geometry, device, args.frames, args.repeats)),
     ):
         print(f"[gpu_check] {part} on {device} ({args.geometry}, random weights)", flush=True)
