@@ -110,7 +110,7 @@ def vllm_worker(checkpoint: Path, frames: int, concurrency: int, dtype: str = "f
     """Runs in .venv-vllm: concurrent streams on one AsyncLLM engine, after a short warm-up."""
     import asyncio
 
-    from vllm_omni.entrypoints.speech import AsyncCodecFrameGenerator, SpeechRequest
+    from vllm_omni.entrypoints.generation.speech import AsyncCodecFrameGenerator, SpeechRequest
 
     gen = AsyncCodecFrameGenerator(checkpoint, **{**ENGINE, "dtype": dtype})
     made: dict[int, list[list[int]]] = {}
@@ -165,7 +165,7 @@ def profile_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
     from vllm.v1.sample.sampler import Sampler
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    from vllm_omni.entrypoints.speech import CodecFrameGenerator, SpeechRequest
+    from vllm_omni.entrypoints.generation.speech import CodecFrameGenerator, SpeechRequest
     from vllm_omni.model_executor.models.qwen3_tts.code_predictor import Qwen3TTSCodePredictor
 
     spent = {"step": 0.0, "code_predictor": 0.0, "sampler": 0.0}

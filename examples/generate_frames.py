@@ -10,7 +10,7 @@ import argparse
 
 import numpy as np
 
-from vllm_omni.entrypoints.speech import CodecFrameGenerator, SpeechRequest
+from vllm_omni.entrypoints.generation.speech import CodecFrameGenerator, SpeechRequest
 
 
 def main() -> None:

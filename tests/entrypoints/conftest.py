@@ -31,7 +31,7 @@ def talker_generator(talker_checkpoint: Path):
     """``CodecFrameGenerator`` on the session's tiny talker checkpoint (one engine for every module)."""
     import os
 
-    from vllm_omni.entrypoints.speech import CodecFrameGenerator
+    from vllm_omni.entrypoints.generation.speech import CodecFrameGenerator
 
     # LLM.apply_model (the tests read the worker's talker state with it) ships a function to the worker.
     os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"

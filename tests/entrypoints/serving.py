@@ -30,7 +30,7 @@ ENGINE_ARGS += ["--kv-cache-memory-bytes", str(64 << 20)]
 
 def bearer(key: str) -> str:
     """``key`` as the WebSocket subprotocol a browser offers it in (``bearer.<base64url>``, no padding), as
-    ``web/page/app.mjs`` writes it and ``vllm_omni.entrypoints.socket_auth`` reads it."""
+    ``web/page/app.mjs`` writes it and ``vllm_omni.entrypoints.websocket.socket_auth`` reads it."""
     return "bearer." + base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
 
 

@@ -14,8 +14,8 @@ API_SERVER_PATH = """
 import sys
 from pathlib import Path
 
-import vllm_omni.entrypoints.edge_routes
-from vllm_omni.entrypoints.edge_plans import load_served_plans
+import vllm_omni.entrypoints.routes.edge_routes
+from vllm_omni.entrypoints.plans.edge_plans import load_served_plans
 from vllm_omni.edge.runtime import open_decoder
 
 plans = load_served_plans(["cpu_x86_64"], Path(sys.argv[1]))
@@ -47,7 +47,7 @@ def test_the_routes_and_plan_loading_import_no_builder_or_exporter(cpu_plan, rep
     )
     assert run.returncode == 0, run.stderr[-3000:]
     loaded = run.stdout.split()
-    assert "vllm_omni.entrypoints.edge_routes" in loaded and "vllm_omni.edge.backends.onnxruntime" in loaded
+    assert "vllm_omni.entrypoints.routes.edge_routes" in loaded and "vllm_omni.edge.backends.onnxruntime" in loaded
     forbidden = not_in_an_api_server(repo_root)
     found = [name for name in loaded if any(name == m or name.startswith(m + ".") for m in forbidden)]
     assert not found, f"an API server process imported {found}"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vllm_omni.edge.plan.schema import SCHEMA_PATH
-from vllm_omni.entrypoints.browser_page import (
+from vllm_omni.entrypoints.browser.browser_page import (
     ISOLATION_HEADERS,
     WEB_DIR_ENV,
     BrowserPage,
@@ -103,7 +103,7 @@ def test_the_answers_allow_the_pages_own_origin_and_send_no_referrer():
 def test_a_key_in_a_query_is_redacted_from_the_access_log():
     import logging
 
-    from vllm_omni.entrypoints.server_logs import quiet_known_noise
+    from vllm_omni.entrypoints.server.server_logs import quiet_known_noise
 
     quiet_known_noise()
     access = logging.getLogger("uvicorn.access")

@@ -62,7 +62,7 @@ def server(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, sh
 @pytest.fixture(scope="module")
 def offline_frames(talker_generator, server) -> dict[str, np.ndarray]:
     """The offline generator's frames (the session's engine, tests/entrypoints/conftest.py) for HELLO and OTHER."""
-    from vllm_omni.entrypoints.speech import SpeechRequest
+    from vllm_omni.entrypoints.generation.speech import SpeechRequest
 
     frames = {}
     for name, body in (("hello", HELLO), ("other", OTHER)):
@@ -122,7 +122,7 @@ def added_routes() -> list[tuple[str, str]]:
     path parameters filled in, the WebSocket as ``WEBSOCKET``."""
     import re
 
-    from vllm_omni.entrypoints.edge_routes import build_router
+    from vllm_omni.entrypoints.routes.edge_routes import build_router
 
     filled = {"name": "cpu_x86_64", "artifact": "exec_plan.json", "rest": "x", "path": "x"}
     routes = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 
-from vllm_omni.entrypoints.socket_auth import (
+from vllm_omni.entrypoints.websocket.socket_auth import (
     CODEC_SUBPROTOCOL,
     SOCKET_PATH,
     SubprotocolBearerAuth,

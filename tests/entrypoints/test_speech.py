@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import vllm
 
-from vllm_omni.entrypoints.speech import (
+from vllm_omni.entrypoints.generation.speech import (
     AsyncCodecFrameGenerator,
     CodecFrameGenerator,
     SpeechRequest,

@@ -10,7 +10,7 @@ import av
 import numpy as np
 import pytest
 
-from vllm_omni.entrypoints.speech_audio import (
+from vllm_omni.entrypoints.openai.speech_audio import (
     AUDIO_FORMATS,
     SPEED_RANGE,
     UNKNOWN_LENGTH,

@@ -8,7 +8,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from vllm_omni.entrypoints.speech_text import TextSegmenter
+from vllm_omni.entrypoints.websocket.speech_text import TextSegmenter
 
 
 def segments_of(pieces: list[str], max_chars: int = 4096) -> list[str]:
@@ -61,7 +61,7 @@ def test_whitespace_alone_says_nothing():
 
 
 def test_frames_leave_first_alone_then_in_batches():
-    from vllm_omni.entrypoints.speech_streams import frame_batches
+    from vllm_omni.entrypoints.server.speech_streams import frame_batches
 
     async def engine(deltas):
         for n in deltas:
@@ -78,7 +78,7 @@ def test_frames_leave_first_alone_then_in_batches():
 
 @pytest.mark.parametrize("per_message", [1, 3, 4, 7])
 def test_frame_batches_keep_every_frame_in_order(per_message):
-    from vllm_omni.entrypoints.speech_streams import frame_batches
+    from vllm_omni.entrypoints.server.speech_streams import frame_batches
 
     rng = np.random.default_rng(per_message)
     deltas = [rng.integers(0, 100, (int(n), 16)) for n in rng.integers(1, 6, 20)]

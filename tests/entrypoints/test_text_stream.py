@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vllm_omni.entrypoints.speech import AsyncCodecFrameGenerator, SpeechRequest, SpeechRequestError
+from vllm_omni.entrypoints.generation.speech import AsyncCodecFrameGenerator, SpeechRequest, SpeechRequestError
 
 from .oracle import run_oracle
 
@@ -109,7 +109,7 @@ def short_clip(tmp_path_factory) -> Path:
     trailing text, held step by step)."""
     import wave
 
-    from vllm_omni.entrypoints.reference_decoding import load_reference_audio
+    from vllm_omni.entrypoints.generation.reference_decoding import load_reference_audio
 
     samples = load_reference_audio(VOICES / "ref_b_22k.wav")[: int(0.6 * 24_000)]
     path = tmp_path_factory.mktemp("clip") / "b_short.wav"

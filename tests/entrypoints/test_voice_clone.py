@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vllm_omni.entrypoints.speech import CodecFrameGenerator, SpeechRequest, SpeechRequestError
+from vllm_omni.entrypoints.generation.speech import CodecFrameGenerator, SpeechRequest, SpeechRequestError
 
 from .oracle import run_oracle
 
@@ -42,7 +42,7 @@ def case_id(case: tuple[str, str, str]) -> str:
 
 @pytest.fixture(scope="module")
 def short_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vllm_omni.entrypoints.reference_decoding import load_reference_audio
+    from vllm_omni.entrypoints.generation.reference_decoding import load_reference_audio
 
     samples = load_reference_audio(FIXTURES / VOICES["b"][0])[: int(0.6 * 24_000)]
     return write_wav(tmp_path_factory.mktemp("short") / "b_short.wav", samples, 24_000)
@@ -193,7 +193,7 @@ def test_the_encoders_equal_the_official_on_16khz_short_and_long_clips(repo_root
     recorded at 16 kHz, one shorter than a second, one over ten seconds."""
     import soxr
 
-    from vllm_omni.entrypoints.reference_decoding import load_reference_audio
+    from vllm_omni.entrypoints.generation.reference_decoding import load_reference_audio
 
     a, b = (load_reference_audio(FIXTURES / VOICES[v][0], max_seconds=None) for v in ("a", "b"))  # 24 kHz
     clips = {

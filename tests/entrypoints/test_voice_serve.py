@@ -122,7 +122,7 @@ def test_an_uploaded_voice_gives_the_frames_of_its_audio_sent_inline(server, cli
     np.testing.assert_array_equal(server.codec_frames({**SAY, "voice": "bob"}), x_vector)
     assert not np.array_equal(by_name, x_vector)
 
-    from vllm_omni.entrypoints.voice_store import VoiceStore
+    from vllm_omni.entrypoints.voices.voice_store import VoiceStore
     from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import Qwen3TTSConfig
 
     talker = Qwen3TTSConfig.from_pretrained(base_checkpoint).talker_config

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from vllm_omni.entrypoints.voice_store import VoiceStore, VoiceStoreError
+from vllm_omni.entrypoints.voices.voice_store import VoiceStore, VoiceStoreError
 from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError, VoiceClonePrompt
 
 pytestmark = pytest.mark.vllm  # prompt_builder's config needs transformers (the serving venv)
@@ -182,9 +182,9 @@ def test_voice_files_are_private_whatever_the_umask(tmp_path):
 def test_the_server_reads_voice_files_off_its_event_loop(tmp_path, monkeypatch):
     """A speech request naming an uploaded voice, the voice list, an upload's checks and a delete: every read
     of a voice file happens on a worker thread, never on the event loop."""
-    from vllm_omni.entrypoints.edge_state import EdgeServingState
-    from vllm_omni.entrypoints.speech_api import speech_body_model, to_speech_request
-    from vllm_omni.entrypoints.speech_limits import SpeechLimits
+    from vllm_omni.entrypoints.openai.speech_api import speech_body_model, to_speech_request
+    from vllm_omni.entrypoints.openai.speech_limits import SpeechLimits
+    from vllm_omni.entrypoints.server.edge_state import EdgeServingState
 
     store(tmp_path).save("alice", voice(), "synthetic")
     reads = []

@@ -3,7 +3,7 @@
 A plan is kept when it validates (schema, contracts, every file's size and sha256) and was built from
 the served checkpoint's own ``speech_tokenizer/`` (its ``checkpoint_sha256``); otherwise it is
 (re)built with the same code as ``python -m vllm_omni.edge build``, which keeps intact artifacts, so
-an interrupted start-up resumes. The API server processes then only read them (:mod:`..edge_plans`).
+an interrupted start-up resumes. The API server processes then only read them (:mod:`..plans.edge_plans`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from vllm_omni.edge.errors import EdgeError
 from vllm_omni.edge.hardware import get_hardware_class
 from vllm_omni.edge.plan.model import ExecPlan
 
-from ..edge_plans import EdgeServingError, ServedPlans, server_cpu_class
+from ..plans.edge_plans import EdgeServingError, ServedPlans, server_cpu_class
 
 SLOW_BUILDS = {
     "rockchip_npu": "compiles fp16 .rknn steps in the converter venv (.venv-rknn): about 1.5 min at small "

@@ -8,12 +8,12 @@ servers keep working), plus:
 * ``--edge-hardware``: classes to publish plans for, checked against the registry;
 * ``--edge-artifacts``: one plan directory per class, validated or built from the served model's
   ``speech_tokenizer/`` before the engine starts (progress lines on stderr; resumable);
-* the endpoint plugin (``vllm_omni.entrypoints.edge_routes``) allow-listed in ``VLLM_PLUGINS``
+* the endpoint plugin (``vllm_omni.entrypoints.routes.edge_routes``) allow-listed in ``VLLM_PLUGINS``
   together with the talker's general plugin, so the hand-off itself enables the routes (the user's other
   plugins keep loading: :func:`allow_plugins`);
-* the WebSocket's subprotocol API key (:mod:`..socket_auth`) as vLLM's ``--middleware``, which wraps the
+* the WebSocket's subprotocol API key (:mod:`..websocket.socket_auth`) as vLLM's ``--middleware``, which wraps the
   app outside vLLM's ``--api-key`` check;
-* with ``browser`` among the classes, the page's files (:mod:`..browser_page`) checked before anything starts.
+* with ``browser`` among the classes, the page's files (:mod:`..browser.browser_page`) checked before anything starts.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 from vllm.entrypoints.cli.serve import ServeSubcommand
 
 from vllm_omni.edge.progress import progress_printer
-from vllm_omni.entrypoints.socket_auth import MIDDLEWARE as SOCKET_AUTH_MIDDLEWARE
-from vllm_omni.entrypoints.speech_limits import SpeechLimits, add_limit_arguments
+from vllm_omni.entrypoints.openai.speech_limits import SpeechLimits, add_limit_arguments
+from vllm_omni.entrypoints.websocket.socket_auth import MIDDLEWARE as SOCKET_AUTH_MIDDLEWARE
 from vllm_omni.model_executor.models.qwen3_tts.engine_settings import SETTING_NAMES, talker_engine_args
 
 GENERAL_PLUGIN = "qwen3_tts_talker"
@@ -97,7 +97,7 @@ class OmniServeSubcommand(ServeSubcommand):
         super().validate(args)
         from vllm_omni.edge.errors import EdgeError
 
-        from ..edge_plans import parse_classes
+        from ..plans.edge_plans import parse_classes
 
         try:
             args.edge_classes = parse_classes(args.edge_hardware) if args.edge_hardware else []
@@ -105,7 +105,7 @@ class OmniServeSubcommand(ServeSubcommand):
             print(f"error: --edge-hardware: {error}", file=sys.stderr)
             raise SystemExit(2) from None
         if "browser" in args.edge_classes:
-            from ..browser_page import BrowserPage
+            from ..browser.browser_page import BrowserPage
 
             try:
                 BrowserPage.find()

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from vllm_omni.edge.testing.talker_checkpoint import write_talker_files
-from vllm_omni.entrypoints.reference_decoding import load_reference_audio
+from vllm_omni.entrypoints.generation.reference_decoding import load_reference_audio
 from vllm_omni.model_executor.models.qwen3_tts.reference_audio import (
     SPEAKER_MEL,
     ReferenceAudioError,

@@ -219,7 +219,8 @@ class TalkerRequestSpec:
         if not isinstance(raw, dict):
             raise ValueError(
                 f"a Qwen3-TTS talker request needs SamplingParams.extra_args[{EXTRA_ARGS_KEY!r}] (a talker request "
-                "spec); build requests with vllm_omni.entrypoints.speech (CodecFrameGenerator or build_engine_request)"
+                "spec); build requests with vllm_omni.entrypoints.generation.speech (CodecFrameGenerator or "
+                "build_engine_request)"
             )
         try:
             spec = cls(

@@ -190,7 +190,7 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
             state = self.batch.rows.get(row)
             table = self._voice_table(state) if state is not None else None
             if table is None or largest >= table.shape[0]:
-                # Only a request made around vllm_omni.entrypoints.speech gets here (it checks every voice):
+                # Only a request made around vllm_omni.entrypoints.generation.speech gets here (it checks every voice):
                 # its voice positions keep their text part; the engine and the other requests go on.
                 key = state.spec.request_key if state is not None else f"row {row}"
                 logger.warning("talker request %s: voice positions without their vectors; text part only", key)

@@ -1,7 +1,7 @@
 """Reference audio for voice cloning, as arrays: resampling to 24 kHz and the speaker encoder's log-mels.
 
 What the official ``qwen-tts`` 0.1.1 does before ``extract_speaker_embedding``, without librosa (decoding a
-client's file to samples is the server's job: ``vllm_omni.entrypoints.reference_decoding``):
+client's file to samples is the server's job: ``vllm_omni.entrypoints.generation.reference_decoding``):
 
 * other rates go to 24 kHz with soxr at its "HQ" quality, then padded or cut to
   ``ceil(n * 24000 / rate)`` samples: what ``librosa.resample`` (its default ``res_type="soxr_hq"``,

@@ -1,7 +1,7 @@
 """Reference samples -> a voice to clone: the speaker encoder and the speech tokenizer's encoder of a Base checkpoint.
 
 As the official ``create_voice_clone_prompt``: from mono 24 kHz samples (a server decodes the client's file:
-``vllm_omni.entrypoints.reference_decoding``), the speaker embedding comes from ``speaker_encoder.*``
+``vllm_omni.entrypoints.generation.reference_decoding``), the speaker embedding comes from ``speaker_encoder.*``
 (:mod:`.speaker_encoder`) and, for in-context cloning, the 16-codebook codes from the 12 Hz speech
 tokenizer's encoder (:mod:`.tokenizer_12hz.encoder`). Both load on first use, from the local model directory
 the server serves.

@@ -2,7 +2,7 @@
 
 * vLLM's chat-template warm-up (``vllm.renderers.base``) fails with a traceback at every start: the
   talker's engine runs with ``skip_tokenizer_init`` (its prompts are ids built here), and the text routes
-  that would render chat are replaced by 404 answers (:mod:`.edge_routes`).
+  that would render chat are replaced by 404 answers (:mod:`..routes.edge_routes`).
 * vLLM's Anthropic ``/v1/messages`` serving warns about the chat template's system-message ordering:
   that route is one of those replaced.
 * uvicorn logs ``ASGI callable returned without completing handshake`` after vLLM's ``--api-key``

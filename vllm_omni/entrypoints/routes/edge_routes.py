@@ -11,35 +11,34 @@ A vLLM endpoint plugin (``vllm.endpoint_plugins`` entry point ``vllm_omni_edge``
   (``If-None-Match`` -> 304), ``X-Content-SHA256``.
 * ``GET /v1/audio/voices``: the checkpoint's voices; ``POST`` uploads a voice to clone (Base checkpoints,
   JSON or multipart: ``name``, ``audio``, ``ref_text``, ``x_vector_only_mode``, ``consent``), encoded once
-  and kept on disk; ``DELETE /v1/audio/voices/{name}`` removes one (:mod:`.voice_store`).
-* ``POST /v1/audio/speech``: OpenAI's speech (body: :mod:`.speech_api`, limits: :mod:`.speech_limits`).
-  ``response_format`` ``codec`` streams the codec-token wire protocol (``docs/serving/codec_stream.md``)
-  for ``edge_hardware``'s plan as the talker makes frames; ``mp3`` (the default, as OpenAI's), ``opus``,
-  ``aac``, ``flac``, ``wav``, ``pcm`` decode on the server with the exact stateful decoder and encode
-  (:mod:`.speech_audio`); ``stream`` true sends them as decoded, ``stream_format`` ``sse`` as OpenAI's
-  events. A response that is not streamed stops, and its engine request is aborted, when its client
-  disconnects. Bodies: :mod:`.speech_streams`.
-* ``WS /v1/audio/speech/stream``: the codec stream over a WebSocket, text in pieces (:mod:`.speech_socket`);
-  accepted with the ``qwen3-tts-codec-stream`` subprotocol when offered, and a browser's API key may come as
-  a ``bearer.`` subprotocol (:mod:`.socket_auth`).
-* With ``--edge-hardware browser``: the browser page and its runtime at ``/edge/browser/`` (:mod:`.browser_page`).
+  and kept on disk (:mod:`.voice_uploads`); ``DELETE /v1/audio/voices/{name}`` removes one (the store:
+  :mod:`..voices.voice_store`).
+* ``POST /v1/audio/speech``: OpenAI's speech (body: :mod:`..openai.speech_api`, limits:
+  :mod:`..openai.speech_limits`). ``response_format`` ``codec`` streams the codec-token wire protocol
+  (``docs/serving/codec_stream.md``) for ``edge_hardware``'s plan as the talker makes frames; ``mp3`` (the
+  default, as OpenAI's), ``opus``, ``aac``, ``flac``, ``wav``, ``pcm`` decode on the server with the exact
+  stateful decoder and encode (:mod:`..openai.speech_audio`); ``stream`` true sends them as decoded,
+  ``stream_format`` ``sse`` as OpenAI's events. A response that is not streamed stops, and its engine request
+  is aborted, when its client disconnects. Bodies: :mod:`..server.speech_streams`.
+* ``WS /v1/audio/speech/stream``: the codec stream over a WebSocket, text in pieces
+  (:mod:`..websocket.speech_socket`); accepted with the ``qwen3-tts-codec-stream`` subprotocol when offered,
+  and a browser's API key may come as a ``bearer.`` subprotocol (:mod:`..websocket.socket_auth`).
+* With ``--edge-hardware browser``: the browser page and its runtime at ``/edge/browser/``
+  (:mod:`..browser.browser_page`).
 
 The text-generation routes vLLM mounts (chat, completions, messages, responses, tokenize) answer 404 with
 what to use instead: the talker generates codec frames, not text.
 
-An API server process loads plans only (:mod:`.edge_state`); building them is the start-up
-hand-off's job (:mod:`.cli.serve`), so no exporter, graph or builder module is imported here.
+An API server process loads plans only (:mod:`..server.edge_state`); building them is the start-up
+hand-off's job (:mod:`..cli.serve`), so no exporter, graph or builder module is imported here.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the routes' parameter types (Request,
 # WebSocket), imported inside build_router, from the live annotations.
 import uuid
 
-from .browser_page import BrowserPage, build_page_router
-from .edge_state import EdgeServingState, load_edge_state
-from .server_logs import quiet_known_noise
-from .socket_auth import CODEC_SUBPROTOCOL
-from .speech_api import (
+from ..browser.browser_page import BrowserPage, build_page_router
+from ..openai.speech_api import (
     CODEC_MEDIA_TYPE,
     SSE_MEDIA_TYPE,
     SpeechApiError,
@@ -49,10 +48,14 @@ from .speech_api import (
     to_speech_request,
     validation_message,
 )
-from .speech_http import collect_unless_disconnected, error_response, not_modified, read_body
-from .speech_socket import CLOSE_TRY_AGAIN_LATER, SpeechSocket
-from .speech_streams import audio_stream, codec_stream, public_error, sse_events, streamed
-from .voice_store import VoiceStoreError, save_voice
+from ..openai.speech_http import collect_unless_disconnected, error_response, not_modified, read_body
+from ..server.edge_state import EdgeServingState, load_edge_state
+from ..server.server_logs import quiet_known_noise
+from ..server.speech_streams import audio_stream, codec_stream, public_error, sse_events, streamed
+from ..voices.voice_store import VoiceStoreError
+from ..websocket.socket_auth import CODEC_SUBPROTOCOL
+from ..websocket.speech_socket import CLOSE_TRY_AGAIN_LATER, SpeechSocket
+from .voice_uploads import save_voice
 
 # vLLM's text routes (prefixes): a talker makes codec frames, so each answers 404 saying what to use.
 TEXT_ROUTES = (
@@ -72,7 +75,7 @@ def build_router():
     from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
     from pydantic import ValidationError
 
-    from .speech_audio import AUDIO_FORMATS, wav_header
+    from ..openai.speech_audio import AUDIO_FORMATS, wav_header
 
     router = APIRouter()
     speech_body = speech_body_model()

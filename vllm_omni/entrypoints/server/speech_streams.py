@@ -13,9 +13,14 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from .edge_state import EdgeServingState
+
+if TYPE_CHECKING:
+    from vllm_omni.edge.plan.model import ExecPlan
 
 logger = logging.getLogger("vllm.omni.speech")  # under vLLM's logger: its handlers and level apply
 
@@ -93,7 +98,9 @@ async def _regroup(
         yield np.concatenate(pending)
 
 
-async def codec_stream(edge: Any, plan: Any, prepared: Any, request_id: str, per_message: int) -> AsyncIterator[bytes]:
+async def codec_stream(
+    edge: EdgeServingState, plan: ExecPlan, prepared: Any, request_id: str, per_message: int
+) -> AsyncIterator[bytes]:
     """The wire protocol as an HTTP body: magic, start, frames messages as the talker makes frames, done."""
     from vllm_omni.edge.stream import KIND_BINARY, KIND_JSON, RECORDING_MAGIC, StreamStart, record
     from vllm_omni.edge.stream.encoder import CodecStreamEncoder
@@ -112,16 +119,16 @@ async def codec_stream(edge: Any, plan: Any, prepared: Any, request_id: str, per
 
 
 async def audio_stream(
-    edge: Any, prepared: Any, request_id: str, fmt: str, speed: float, counts: dict[str, int] | None = None
+    edge: EdgeServingState, prepared: Any, request_id: str, fmt: str, speed: float, counts: dict[str, int] | None = None
 ) -> AsyncIterator[bytes]:
-    """The utterance in ``fmt`` (:mod:`.speech_audio`), decoded on the server with the exact stateful
+    """The utterance in ``fmt`` (:mod:`..openai.speech_audio`), decoded on the server with the exact stateful
     decoder as frames arrive and encoded chunk by chunk, all on the decode pool; empty chunks are not
     yielded. ``counts["frames"]`` (when given) counts the frames decoded. Raises what the engine or the
     decoder raised (callers answer with :func:`public_error`)."""
     from vllm_omni.edge.audio import float_to_pcm16
     from vllm_omni.edge.runtime import open_decoder
 
-    from .speech_audio import AudioEncoder
+    from ..openai.speech_audio import AudioEncoder
 
     sample_rate = edge.plans.server_decoder.codec.sample_rate
 
@@ -159,7 +166,9 @@ async def streamed(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         await body.aclose()
 
 
-async def sse_events(edge: Any, prepared: Any, request_id: str, fmt: str, speed: float) -> AsyncIterator[bytes]:
+async def sse_events(
+    edge: EdgeServingState, prepared: Any, request_id: str, fmt: str, speed: float
+) -> AsyncIterator[bytes]:
     """The audio of :func:`audio_stream` as OpenAI's speech server-sent events: ``speech.audio.delta``
     (base64 audio) per chunk, then ``speech.audio.done`` with the usage (prompt positions in, codec frames
     out); a failure ends the stream with an ``error`` event."""

@@ -2,7 +2,7 @@
 
 OpenAI's fields (``model``, ``input``, ``voice``, ``instructions``, ``response_format``, ``speed``,
 ``stream_format``), Qwen3-TTS's (``language``, ``task_type``), the edge's (``edge_hardware``,
-``stream``, ``frames_per_message``) and the generator's own, under their :class:`~.speech.SpeechRequest`
+``stream``, ``frames_per_message``) and the generator's own, under their :class:`~..generation.speech.SpeechRequest`
 names (:data:`GENERATOR_FIELDS`). :func:`check_body` refuses what the server will not do before any
 tokenization: each refusal is a :class:`SpeechApiError` with the HTTP status and a message of ours.
 """
@@ -47,7 +47,7 @@ def speech_body_model() -> Any:
 
     from pydantic import BaseModel, ConfigDict, Field, create_model
 
-    from .speech import SpeechRequest
+    from ..generation.speech import SpeechRequest
     from .speech_audio import AUDIO_FORMATS
 
     class OpenAISpeech(BaseModel):
@@ -176,10 +176,10 @@ def decode_audio_field(value: str, name: str = "ref_audio") -> bytes:
 
 def to_speech_request(body: Any, voices: Any = None) -> Any:
     """A validated body (of :func:`speech_body_model`) as the generator's ``SpeechRequest``. Where there are
-    uploaded voices (``voices``, a :class:`~.voice_store.VoiceStore`: Base checkpoints, which have no preset
+    uploaded voices (``voices``, a :class:`~..voices.voice_store.VoiceStore`: Base checkpoints, which have no preset
     speakers), ``voice`` names one: the request carries the name as ``uploaded_voice``, and the server reads
-    the voice off its event loop (:meth:`.edge_state.EdgeServingState.resolve_voice`); nothing is read here."""
-    from .speech import SpeechRequest
+    the voice off its event loop (:meth:`..server.edge_state.EdgeServingState.resolve_voice`); nothing is read here."""
+    from ..generation.speech import SpeechRequest
 
     generator = {name: getattr(body, name) for name in GENERATOR_FIELDS}
     uploaded = voices is not None and bool(body.voice)

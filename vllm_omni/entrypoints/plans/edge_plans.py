@@ -2,7 +2,7 @@
 
 One directory per hardware class under ``--edge-artifacts``, plus the server's own CPU plan (the CPU
 class of this machine, which decodes ``response_format`` pcm/wav) whether or not it is published.
-The start-up hand-off builds or validates them first (:mod:`.cli.plan_builds`); an API server
+The start-up hand-off builds or validates them first (:mod:`..cli.plan_builds`); an API server
 process only loads them (sizes checked, not re-hashed) and never imports a builder or exporter.
 """
 

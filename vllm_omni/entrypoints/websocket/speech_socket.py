@@ -12,8 +12,15 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .edge_state import EdgeServingState
-from .speech_api import SpeechApiError, check_body, check_text, parse_json, to_speech_request, validation_message
+from ..openai.speech_api import (
+    SpeechApiError,
+    check_body,
+    check_text,
+    parse_json,
+    to_speech_request,
+    validation_message,
+)
+from ..server.edge_state import EdgeServingState
 from .speech_text import TextSegmenter
 
 # WebSocket close codes (4000-4999 are the application's): what went wrong with the client's messages.
@@ -94,7 +101,7 @@ class SpeechSocket:
     ``frames_per_message`` at a time; each segment ends with a ``segment end`` flag, the stream with
     ``end of stream``) and done (text: ``complete``, ``cancelled`` or ``error`` with the whole message).
 
-    Limits (:class:`~.speech_limits.SpeechLimits`): a message over ``max_body_bytes`` closes with 1009, a
+    Limits (:class:`~..openai.speech_limits.SpeechLimits`): a message over ``max_body_bytes`` closes with 1009, a
     piece over ``max_input_chars`` or text queued past ``socket_max_queued_chars`` (sent, not yet being
     spoken) with 4413, a session idle for ``socket_idle_s`` (nothing to speak, no message; in stream mode before
     ``end``: no message and no frame sent) or older than
@@ -362,7 +369,7 @@ class SpeechSocket:
         :meth:`speak_streamed`), end of stream, done; a request error closes with its message."""
         from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
 
-        from .speech_streams import public_error
+        from ..server.speech_streams import public_error
 
         encoder = await self.start_stream(plan)
         try:
@@ -380,7 +387,7 @@ class SpeechSocket:
 
     async def speak_sentences(self, encoder, body, template, plan) -> None:
         """Sentence mode: each sentence through the talker as its own request, each a segment."""
-        from .speech_streams import frame_batches
+        from ..server.speech_streams import frame_batches
 
         empty = np.zeros((0, plan.codec.num_quantizers), dtype=np.int64)
         while (text := await self.segments.get()) is not None:
@@ -398,7 +405,7 @@ class SpeechSocket:
     async def speak_streamed(self, encoder, body, template) -> None:
         """Stream mode: every piece into one talker request (``stream_text``), frames out as they are made: one
         segment, no flush of the device's decoder in the middle."""
-        from .speech_streams import frame_batches
+        from ..server.speech_streams import frame_batches
 
         self.speaking = True
         request_id = f"speech-{uuid.uuid4().hex}"

@@ -1,6 +1,6 @@
 """Codec frames from text with vLLM's engine: the offline and streaming API of the Qwen3-TTS talker.
 
-    from vllm_omni.entrypoints.speech import CodecFrameGenerator, SpeechRequest
+    from vllm_omni.entrypoints.generation.speech import CodecFrameGenerator, SpeechRequest
     gen = CodecFrameGenerator("DIR_OR_ID", dtype="float32", enforce_eager=True)   # other engine args pass through
     frames = gen.generate([SpeechRequest(text="Hello.", speaker="Ryan", language="English",
                                          max_frames=50, greedy=True)])        # list of int64 [T, 16]

@@ -1,6 +1,6 @@
 """What the edge routes of one API server process share, and how a process loads it.
 
-Loading reads the plans that the start-up hand-off (``vllm serve --omni``, :mod:`.cli.serve`) built
+Loading reads the plans that the start-up hand-off (``vllm serve --omni``, :mod:`..cli.serve`) built
 or validated: sizes are checked, nothing is built or exported here, and no exporter is imported.
 """
 
@@ -14,9 +14,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .speech_limits import SpeechLimits, allowed_origins
+from ..openai.speech_limits import SpeechLimits, allowed_origins
+
+if TYPE_CHECKING:  # imported where used (load_edge_state): the generator's module needs transformers and vLLM
+    from ..generation.speech import AsyncCodecFrameGenerator
+    from ..plans.edge_plans import ServedPlans
+    from ..voices.voice_store import VoiceStore
 
 logger = logging.getLogger("vllm.omni.speech")  # under vLLM's logger: its handlers and level apply
 T = TypeVar("T")
@@ -32,13 +37,13 @@ class EdgeServingState:
     encodes reference audio of cloned voices (Base), and one does the voice store's file work (stat, read,
     write, its lock: Base)."""
 
-    plans: Any  # edge_plans.ServedPlans
+    plans: ServedPlans
     plan_bytes: dict[str, bytes]
-    generator: Any  # speech.AsyncCodecFrameGenerator
+    generator: AsyncCodecFrameGenerator
     limits: SpeechLimits
     served_models: tuple[str, ...]
     warm_decoder: Any = None
-    voice_store: Any = None  # voice_store.VoiceStore (Base checkpoints)
+    voice_store: VoiceStore | None = None  # Base checkpoints
     prompt_pool: ThreadPoolExecutor | None = None
     decode_pool: ThreadPoolExecutor | None = None
     voice_pool: ThreadPoolExecutor | None = None
@@ -74,7 +79,7 @@ class EdgeServingState:
     def plan(self, name: str):
         """The published plan of class ``name``; a 404 naming the served classes otherwise (the plan routes answer it,
         the WebSocket closes with its text and code 4404)."""
-        from .speech_api import SpeechApiError
+        from ..openai.speech_api import SpeechApiError
 
         plan = self.plans.published.get(name)
         if plan is None:
@@ -82,9 +87,9 @@ class EdgeServingState:
             raise SpeechApiError(404, f"hardware class {name!r} is not served here; served: {served}")
         return plan
 
-    def uploads(self) -> Any:
+    def uploads(self) -> VoiceStore:
         """The uploaded-voice store; a 400 for a checkpoint that is not Base (it speaks only its own voices)."""
-        from .speech_api import SpeechApiError
+        from ..openai.speech_api import SpeechApiError
 
         if self.voice_store is None:
             raise SpeechApiError(400, "voices are uploaded to Base checkpoints; this one has only its own voices")
@@ -157,8 +162,8 @@ async def load_edge_state(engine_client: Any, args: Any) -> EdgeServingState:
     from vllm_omni.edge.plan.model import PLAN_NAME
     from vllm_omni.edge.runtime import open_decoder
 
-    from .edge_plans import load_served_plans
-    from .speech import AsyncCodecFrameGenerator
+    from ..generation.speech import AsyncCodecFrameGenerator
+    from ..plans.edge_plans import load_served_plans
 
     model = getattr(args, "model_tag", None) or args.model
     plans = load_served_plans(getattr(args, "edge_classes", []), Path(args.edge_artifacts))
@@ -171,7 +176,7 @@ async def load_edge_state(engine_client: Any, args: Any) -> EdgeServingState:
     state.allowed_origins = allowed_origins(args)
     state.max_sockets = limits.max_sockets or engine_client.vllm_config.scheduler_config.max_num_seqs
     if generator.config.tts_model_type == "base":
-        from .voice_store import VoiceStore
+        from ..voices.voice_store import VoiceStore
 
         talker = generator.config.talker_config
         state.voice_store = await asyncio.to_thread(  # it makes its directory private: file work
@@ -196,7 +201,7 @@ async def warm_up(state: EdgeServingState) -> None:
     (the first steps of a fresh CPU engine are seconds slower than the next)."""
     import time
 
-    from .speech import SpeechRequest
+    from ..generation.speech import SpeechRequest
 
     config = state.generator.config
     speakers = config.supported_speakers

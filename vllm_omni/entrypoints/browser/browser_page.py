@@ -39,7 +39,7 @@ from pathlib import Path
 
 from vllm_omni.edge.plan.schema import SCHEMA_DIR
 
-from .edge_plans import EdgeServingError
+from ..plans.edge_plans import EdgeServingError
 
 WEB_DIR_ENV = "VLLM_OMNI_WEB_DIR"
 ROUTE = "/edge/browser"

@@ -1,0 +1,1 @@
+"""A Base checkpoint's uploaded voices, kept on disk (:mod:`.voice_store`): storage only, no HTTP."""
