@@ -22,6 +22,8 @@ from vllm_omni.edge.plan import ExecPlan, ExecPlanError
 from vllm_omni.edge.runtime import StreamDecoder, open_decoder
 from vllm_omni.edge.testing.codes import random_codes
 
+from ..plugin_package import install_plugin
+
 
 def clear_registry() -> None:
     backend_names.cache_clear()
@@ -74,19 +76,22 @@ def test_the_registry_imports_a_backend_when_asked_and_its_toolchain_only_when_i
 
 
 def test_a_plugin_backend_decodes_a_plan_that_names_it(cpu_plan, tmp_path, monkeypatch):
-    (tmp_path / "edge_backend_demo.py").write_text(
-        "from vllm_omni.edge.backends.onnxruntime import OnnxRuntimeBackend\n"
-        "class CountingBackend(OnnxRuntimeBackend):\n"
-        "    name = 'counting_ort'\n"
-        "    opened = []\n"
-        "    def open_runner(self, plan, role, options):\n"
-        "        self.opened.append(role)\n"
-        "        return super().open_runner(plan, role, options)\n"
+    install_plugin(
+        tmp_path,
+        monkeypatch,
+        "edge_backend_demo",
+        (
+            "from vllm_omni.edge.backends.onnxruntime import OnnxRuntimeBackend\n"
+            "class CountingBackend(OnnxRuntimeBackend):\n"
+            "    name = 'counting_ort'\n"
+            "    opened = []\n"
+            "    def open_runner(self, plan, role, options):\n"
+            "        self.opened.append(role)\n"
+            "        return super().open_runner(plan, role, options)\n"
+        ),
+        ENTRY_POINT_GROUP,
+        "counting_ort = edge_backend_demo:CountingBackend",
     )
-    dist = tmp_path / "edge_backend_demo-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: edge-backend-demo\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\ncounting_ort = edge_backend_demo:CountingBackend\n")
     plan = ExecPlan.load(cpu_plan)
     copy = shutil.copytree(cpu_plan, tmp_path / "plan")
     dataclasses.replace(plan, backend="counting_ort", directory=copy).write()
@@ -94,7 +99,6 @@ def test_a_plugin_backend_decodes_a_plan_that_names_it(cpu_plan, tmp_path, monke
     reference = open_decoder(plan)
     expected = np.concatenate([reference.feed(frames), reference.flush()])
 
-    monkeypatch.syspath_prepend(str(tmp_path))
     clear_registry()
     try:
         assert "counting_ort" in backend_names()

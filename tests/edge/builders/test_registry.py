@@ -18,6 +18,8 @@ from vllm_omni.edge.builders.registry import (
 from vllm_omni.edge.builders.request import BuildRequest
 from vllm_omni.edge.hardware import get_hardware_class, hardware_classes
 
+from ..plugin_package import install_plugin
+
 
 def test_every_graph_kind_of_every_class_has_a_builder_and_every_builder_a_class():
     named = {}
@@ -46,18 +48,20 @@ def test_an_unknown_builder_names_the_known_ones_before_any_work(tmp_path):
 
 
 def test_a_builder_from_another_package_registers_through_the_entry_point_group(tmp_path, monkeypatch):
-    (tmp_path / "edge_builder_demo.py").write_text(
-        "CALLS = []\n"
-        "def build_tv_box(hardware_class, request):\n"
-        "    CALLS.append((hardware_class.name, request.out_dir.name))\n"
-        "    return 'the plan'\n"
+    install_plugin(
+        tmp_path,
+        monkeypatch,
+        "edge_builder_demo",
+        (
+            "CALLS = []\n"
+            "def build_tv_box(hardware_class, request):\n"
+            "    CALLS.append((hardware_class.name, request.out_dir.name))\n"
+            "    return 'the plan'\n"
+        ),
+        ENTRY_POINT_GROUP,
+        "tv_box = edge_builder_demo:build_tv_box",
     )
-    dist = tmp_path / "edge_builder_demo-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: edge-builder-demo\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\ntv_box = edge_builder_demo:build_tv_box\n")
     tv_box = dataclasses.replace(get_hardware_class("cpu_x86_64"), name="tv_box", builder="tv_box")
-    monkeypatch.syspath_prepend(str(tmp_path))
     try:
         assert builder_names()[-1] == "tv_box"
         assert build(tv_box, BuildRequest(model="unused", out_dir=tmp_path / "plan")) == "the plan"

@@ -17,6 +17,8 @@ from vllm_omni.edge.hardware import (
     hardware_classes,
 )
 
+from ..plugin_package import install_plugin
+
 
 def test_builtin_classes_say_what_they_decode_with():
     classes = hardware_classes()
@@ -63,17 +65,19 @@ def test_an_unknown_class_lists_the_known_ones(capsys):
 
 
 def test_a_class_from_another_package_registers_through_the_entry_point_group(tmp_path, monkeypatch):
-    (tmp_path / "edge_plugin_demo.py").write_text(
-        "from vllm_omni.edge.hardware import HardwareClass\n"
-        "TV_BOX = HardwareClass(name='tv_box', description='a TV box CPU', graph_kind='stateful',\n"
-        "    backend='onnxruntime', dtype='fp32', builder='onnx_steps',\n"
-        "    defaults={'first_step_frames': 0, 'step_frames': 8})\n"
+    install_plugin(
+        tmp_path,
+        monkeypatch,
+        "edge_plugin_demo",
+        (
+            "from vllm_omni.edge.hardware import HardwareClass\n"
+            "TV_BOX = HardwareClass(name='tv_box', description='a TV box CPU', graph_kind='stateful',\n"
+            "    backend='onnxruntime', dtype='fp32', builder='onnx_steps',\n"
+            "    defaults={'first_step_frames': 0, 'step_frames': 8})\n"
+        ),
+        ENTRY_POINT_GROUP,
+        "tv_box = edge_plugin_demo:TV_BOX",
     )
-    dist = tmp_path / "edge_plugin_demo-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: edge-plugin-demo\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\ntv_box = edge_plugin_demo:TV_BOX\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
     hardware_classes.cache_clear()
     try:
         record = get_hardware_class("tv_box")
