@@ -7,7 +7,7 @@ VLLM_TESTS := tests/entrypoints tests/model_executor/models/qwen3_tts/test_talke
 	tests/model_executor/models/qwen3_tts/test_vllm_symbols.py \
 	tests/examples
 
-.PHONY: gpu-check setup setup-oracle setup-rknn setup-vllm setup-web setup-browser demo test test-vllm lint bench bench-stateful bench-talker bench-serve bench-serve-load bench-text-stream bench-rknn bench-browser clean
+.PHONY: gpu-check setup setup-oracle setup-rknn setup-vllm setup-web setup-browser demo test test-vllm lint bench bench-parity bench-stateful bench-talker bench-serve bench-serve-load bench-text-stream bench-rknn bench-browser clean
 
 setup:
 	@tools/setup_venv.sh .venv requirements/dev.txt --editable
@@ -77,6 +77,11 @@ bench: setup
 	$(PY) benchmarks/bench_windowed.py --out out/bench
 	$(PY) benchmarks/bench_codec_stream.py --out out/bench
 	$(PY) benchmarks/bench_client.py --out out/bench
+
+# Parity with the official decoder at the released geometry over every length (T = 1, 7, 71, 72, 73, 150 and the
+# chunked decode of 400; the tests run the sweep at the small geometry, one stream across the window here).
+bench-parity: setup setup-oracle
+	$(PY) benchmarks/bench_parity.py --out out/bench
 
 # The exact CPU decode against this machine's roofline, first audio, memory and disk (released geometry; plots).
 bench-stateful: setup
