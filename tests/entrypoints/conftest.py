@@ -1,10 +1,12 @@
-"""The talker's offline engine, started once per session and shared by the generator and serving tests.
+"""The talker's engines, each started once per session and shared by the modules that use it: the offline engine
+(generator and serving tests) and a streaming engine per checkpoint (streaming and text-stream tests).
 
-Importable without vLLM (the main venv collects this folder too): vLLM is imported by the fixture.
+Importable without vLLM (the main venv collects this folder too): vLLM is imported by the fixtures.
 """
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -47,3 +49,54 @@ def base_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
 
     return write_checkpoint(tmp_path_factory.mktemp("base") / "ckpt", "released", 0, talker="tiny", talker_type="base")
+
+
+@pytest.fixture(scope="session")
+def voice_design_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A VoiceDesign checkpoint: tiny talker over a small-geometry decoder (seed 1); random weights."""
+    from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+
+    out = tmp_path_factory.mktemp("design") / "ckpt"
+    return write_checkpoint(out, "small", 1, talker="tiny", talker_type="voice_design")
+
+
+@pytest.fixture(scope="session")
+def engine_loop():
+    """The event loop of every streaming engine of the session: an engine's output handler runs on the loop that
+    first used it, so tests drive them with ``engine_loop.run_until_complete``, never ``asyncio.run``."""
+    loop = asyncio.new_event_loop()
+    yield loop
+    pending = asyncio.all_tasks(loop)  # the engines' output handlers
+    for task in pending:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.close()
+
+
+class StreamingEngines:
+    """An ``AsyncCodecFrameGenerator`` per checkpoint directory with the tests' engine settings, started when first
+    asked for and shut down at the end of the session (an engine start is about 20 s on 2 cores)."""
+
+    def __init__(self, settings: dict) -> None:
+        self.settings = settings
+        self.started: dict[Path, object] = {}
+
+    def get(self, checkpoint: Path):
+        from vllm_omni.entrypoints.generation.speech import AsyncCodecFrameGenerator
+
+        if checkpoint not in self.started:
+            self.started[checkpoint] = AsyncCodecFrameGenerator(checkpoint, **self.settings)
+        return self.started[checkpoint]
+
+    def shutdown(self) -> None:
+        for generator in self.started.values():
+            generator.shutdown()
+
+
+@pytest.fixture(scope="session")
+def streaming_engines(engine_loop):
+    """``streaming_engines.get(checkpoint)``: the session's streaming engine on ``checkpoint`` (run it on
+    :func:`engine_loop`)."""
+    engines = StreamingEngines(dict(ENGINE))
+    yield engines
+    engines.shutdown()

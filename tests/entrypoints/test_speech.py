@@ -235,14 +235,16 @@ def test_preempted_requests_resume_with_the_same_frames(
         np.testing.assert_array_equal(got, alone[name], err_msg=name)
 
 
-def test_streaming_yields_the_offline_frames_and_survives_a_bad_request(
-    talker_checkpoint: Path, alone, talker_engine_settings
-):
-    gen = AsyncCodecFrameGenerator(talker_checkpoint, **talker_engine_settings)
+async def streamed_chunks(generator: AsyncCodecFrameGenerator, request: SpeechRequest) -> tuple[np.ndarray, int]:
+    """The frames ``generator.stream`` yields for ``request`` and how many pieces they came in."""
+    chunks = [chunk async for chunk in generator.stream(request)]
+    return np.concatenate(chunks), len(chunks)
 
-    async def collect(request: SpeechRequest) -> tuple[np.ndarray, int]:
-        chunks = [chunk async for chunk in gen.stream(request)]
-        return np.concatenate(chunks), len(chunks)
+
+def test_streaming_yields_the_offline_frames_and_survives_a_bad_request(
+    talker_checkpoint: Path, alone, streaming_engines, engine_loop
+):
+    gen = streaming_engines.get(talker_checkpoint)  # the session's, shared with test_text_stream.py
 
     async def bad() -> None:
         async for _ in gen.stream(SpeechRequest(text="x", speaker="Nobody", max_frames=3)):
@@ -250,16 +252,13 @@ def test_streaming_yields_the_offline_frames_and_survives_a_bad_request(
 
     async def run():
         return await asyncio.gather(
-            collect(greedy(PROMPTS["streaming_text"])),
+            streamed_chunks(gen, greedy(PROMPTS["streaming_text"])),
             bad(),
-            collect(greedy(PROMPTS["english_speaker"])),
+            streamed_chunks(gen, greedy(PROMPTS["english_speaker"])),
             return_exceptions=True,
         )
 
-    try:
-        streamed, failure, english = asyncio.run(run())
-    finally:
-        gen.shutdown()
+    streamed, failure, english = engine_loop.run_until_complete(run())
     assert isinstance(failure, SpeechRequestError)
     frames, chunks = streamed
     np.testing.assert_array_equal(frames, alone["streaming_text"])
@@ -268,12 +267,14 @@ def test_streaming_yields_the_offline_frames_and_survives_a_bad_request(
 
 
 def test_voice_design_frames_equal_the_official_talker(
-    repo_root: Path, tmp_path_factory: pytest.TempPathFactory, talker_engine_settings
+    repo_root: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    voice_design_checkpoint: Path,
+    streaming_engines,
+    engine_loop,
 ):
-    from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
-
-    work = tmp_path_factory.mktemp("voice-design")
-    checkpoint = write_checkpoint(work / "ckpt", "small", seed=1, talker="tiny", talker_type="voice_design")
+    """The session's streaming engine on the VoiceDesign checkpoint (shared with test_text_stream.py)."""
+    work, checkpoint = tmp_path_factory.mktemp("voice-design"), voice_design_checkpoint
     prompts = {
         "described": SpeechRequest(
             text="Hello there, this is a test.", language="English", instruct="A calm, deep voice."
@@ -283,15 +284,16 @@ def test_voice_design_frames_equal_the_official_talker(
         ),
     }
     official = run_official(repo_root, checkpoint, prompts, 20, work)
-    gen = CodecFrameGenerator(checkpoint, **talker_engine_settings)
-    try:
-        ours = gen.generate([greedy(request, 20) for request in prompts.values()])
-        with pytest.raises(SpeechRequestError, match="no preset speakers"):
-            gen.generate([greedy(prompts["described"], 20, speaker="Ryan")])
-        with pytest.raises(SpeechRequestError, match="needs `instruct`"):
-            gen.generate([greedy(prompts["described"], 20, instruct=None)])
-    finally:
-        gen.shutdown()
+    gen = streaming_engines.get(checkpoint)
+
+    async def run():
+        return await asyncio.gather(*(streamed_chunks(gen, greedy(request, 20)) for request in prompts.values()))
+
+    ours = [frames for frames, _ in engine_loop.run_until_complete(run())]
+    with pytest.raises(SpeechRequestError, match="no preset speakers"):
+        engine_loop.run_until_complete(streamed_chunks(gen, greedy(prompts["described"], 20, speaker="Ryan")))
+    with pytest.raises(SpeechRequestError, match="needs `instruct`"):
+        engine_loop.run_until_complete(streamed_chunks(gen, greedy(prompts["described"], 20, instruct=None)))
     for name, frames in zip(prompts, ours, strict=True):
         assert official[name].shape == (20, 16)
         np.testing.assert_array_equal(frames, official[name], err_msg=name)

@@ -93,14 +93,9 @@ async def collect(frames: AsyncIterator[np.ndarray], times: list[float] | None =
 
 
 @pytest.fixture(scope="module")
-def loop():
-    loop = asyncio.new_event_loop()
-    yield loop
-    pending = asyncio.all_tasks(loop)  # the engines' output handlers
-    for task in pending:
-        task.cancel()
-    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-    loop.close()
+def loop(engine_loop):
+    """The session's loop of streaming engines (tests/entrypoints/conftest.py)."""
+    return engine_loop
 
 
 @pytest.fixture(scope="module")
@@ -120,12 +115,8 @@ def short_clip(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def checkpoints(talker_checkpoint: Path, base_checkpoint: Path, tmp_path_factory) -> dict[str, Path]:
-    from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
-
-    design = write_checkpoint(tmp_path_factory.mktemp("design") / "ckpt", "small", 1, talker="tiny",
-                              talker_type="voice_design")  # fmt: skip
-    return {"custom_voice": talker_checkpoint, "voice_design": design, "base": base_checkpoint}
+def checkpoints(talker_checkpoint: Path, voice_design_checkpoint: Path, base_checkpoint: Path) -> dict[str, Path]:
+    return {"custom_voice": talker_checkpoint, "voice_design": voice_design_checkpoint, "base": base_checkpoint}
 
 
 def reference_fields(name: str, short_clip: Path) -> dict:
@@ -155,15 +146,9 @@ def official(checkpoints, short_clip, repo_root: Path, tmp_path_factory) -> dict
 
 
 @pytest.fixture(scope="module")
-def engines(checkpoints, talker_engine_settings, loop):
-    made = {}
-    try:
-        for kind, checkpoint in checkpoints.items():
-            made[kind] = AsyncCodecFrameGenerator(checkpoint, **talker_engine_settings)
-        yield made
-    finally:
-        for generator in made.values():
-            generator.shutdown()
+def engines(checkpoints, streaming_engines) -> dict[str, AsyncCodecFrameGenerator]:
+    """The session's streaming engine of each checkpoint (shared with test_speech.py)."""
+    return {kind: streaming_engines.get(checkpoint) for kind, checkpoint in checkpoints.items()}
 
 
 def request_of(name: str, generator: AsyncCodecFrameGenerator, short_clip: Path, **fields) -> SpeechRequest:
