@@ -48,37 +48,22 @@ def edge_build(*args) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def moderate_checkpoint(tmp_path_factory) -> Path:
-    """The small ``moderate`` drive decoder (seed 1): the same speech tokenizer, byte for byte, as the serving
-    tests' talker checkpoint (tests/conftest.py), so they can serve the plan compiled here."""
-    from vllm_omni.edge.testing.drive import write_drive_checkpoint
-
-    return write_drive_checkpoint(tmp_path_factory.mktemp("ckpt") / "moderate", "small", "moderate", seed=1)
-
-
-@pytest.fixture(scope="module")
 def moderate_decoder(moderate_checkpoint):
+    """The decoder of the session's ``moderate`` drive checkpoint (tests/edge/conftest.py)."""
     from vllm_omni.edge.checkpoint import load_code2wav_decoder
 
     return load_code2wav_decoder(moderate_checkpoint)
 
 
 @pytest.fixture(scope="module")
-def compiled(moderate_checkpoint, tmp_path_factory, shared_plans) -> tuple[Path, subprocess.CompletedProcess]:
+def compiled(rockchip_plan, moderate_checkpoint, shared_plans) -> tuple[Path, subprocess.CompletedProcess]:
     """rockchip_npu: main step B=16 and first step B=4 for rk3588 in one .rknn (dynamic_input), checked in the
-    simulator with one cache.
+    simulator with one cache (built beside the earlier tests, tests/edge/conftest.py ``rockchip_plan``).
 
     Steps of 192 and 768 samples: a per-step SNR over fewer samples (B=2 is 96 here) scatters by about
     2 dB around the stream's even where the fp16 error is steady (docs/hardware/rockchip-npu.md).
     """
-    if not CONVERTER_PYTHON.exists():
-        pytest.fail("the converter venv is missing: run `make setup-rknn` (make test does)")
-    out = tmp_path_factory.mktemp("rknn")
-    result = edge_build(
-        "--hardware", "rockchip_npu", "--model", moderate_checkpoint, "--out", out,
-        "--step-frames", 16, "--first-step-frames", 4, "--target", "rk3588",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
+    out, result = rockchip_plan
     shared_plans.publish(moderate_checkpoint, "rockchip_npu", out)  # the serving tests serve it (tests/conftest.py)
     return out, result
 
