@@ -7,7 +7,9 @@ test modules never import each other.
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -213,3 +215,104 @@ def build_plan():
 @pytest.fixture(scope="session")
 def cpu_plan(small_checkpoint, tmp_path_factory) -> Path:
     return _build_plan(small_checkpoint, tmp_path_factory.mktemp("plans") / "cpu_x86_64", "cpu_x86_64", *STEP_ARGS)
+
+
+class BackgroundRuns:
+    """Commands run in the background, ``lanes`` at a time in the order they were added, each waited for by the
+    fixture or test that needs it.
+
+    On a 2-core machine a build or a process start-up that keeps one core busy (ExecuTorch's lowering, the RKNN
+    compile, a vLLM engine's start) leaves the other idle; one beside it halves the wait. ``add`` queues a command
+    (a name, the command, its working directory), ``start`` starts the lanes, ``result`` waits for one and returns its
+    completed process (``returncode``, ``stdout``, ``stderr``) or ``None`` when it was never queued, ``close`` kills
+    what still runs.
+    """
+
+    def __init__(self, lanes: int = 1, timeout_s: float = 1800) -> None:
+        self.lanes, self.timeout_s = lanes, timeout_s
+        self._queue: list[tuple[str, list[str], Path]] = []
+        self._done: dict[str, threading.Event] = {}
+        self._results: dict[str, subprocess.CompletedProcess] = {}
+        self._running: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def add(self, name: str, command: list[str], cwd: Path) -> None:
+        self._queue.append((name, [str(part) for part in command], cwd))
+        self._done[name] = threading.Event()
+
+    def start(self) -> None:
+        pending = list(reversed(self._queue))
+        for lane in range(min(self.lanes, len(pending))):
+            thread = threading.Thread(target=self._lane, args=(pending,), name=f"background-run-{lane}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _lane(self, pending: list[tuple[str, list[str], Path]]) -> None:
+        while True:
+            with self._lock:
+                if not pending:
+                    return
+                name, command, cwd = pending.pop()
+            try:
+                self._results[name] = self._run(command, cwd)
+            except Exception as exc:  # any failure is the waiting test's to report
+                self._results[name] = subprocess.CompletedProcess(command, -1, "", f"{type(exc).__name__}: {exc}")
+            finally:
+                self._done[name].set()
+
+    def _run(self, command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+        if self._closing.is_set():
+            raise RuntimeError("the session ended before this run started")
+        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with self._lock:
+            self._running.add(process)
+        try:
+            stdout, stderr = process.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+            stderr += f"\n[background run] killed after {self.timeout_s:g} s"
+        finally:
+            with self._lock:
+                self._running.discard(process)
+        return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+    def result(self, name: str) -> subprocess.CompletedProcess | None:
+        if name not in self._done:
+            return None
+        self._done[name].wait()
+        return self._results[name]
+
+    def close(self) -> None:
+        """Stop what is still queued or running (a session that ends early: -x, an interrupt)."""
+        self._closing.set()
+        with self._lock:
+            for process in self._running:
+                process.kill()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+
+def first_use(items: list[pytest.Item]) -> dict[str, int]:
+    """Each fixture and test name of a run -> the place of the first selected test that uses it."""
+    places: dict[str, int] = {}
+    for index, item in enumerate(items):
+        for name in (getattr(item, "originalname", item.name), *item.fixturenames):
+            places.setdefault(name, index)
+    return places
+
+
+@pytest.fixture(scope="session")
+def background_runs():
+    """``background_runs(lanes=1, timeout_s=1800)``: a new :class:`BackgroundRuns`, closed at the end of the session."""
+    made: list[BackgroundRuns] = []
+
+    def make(lanes: int = 1, timeout_s: float = 1800) -> BackgroundRuns:
+        made.append(BackgroundRuns(lanes, timeout_s))
+        return made[-1]
+
+    yield make
+    for runs in made:
+        runs.close()

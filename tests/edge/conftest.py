@@ -3,90 +3,29 @@ Rockchip plan.
 
 The CPU plan (``cpu_plan``), ``build_plan`` and ``STEP_ARGS`` are in ``tests/conftest.py``.
 
-The phone plans and the Rockchip plan are built in the background (:class:`BackgroundBuilds`): ExecuTorch's
-lowering and the RKNN compile keep one core busy each, so on a 2-core machine one of them runs beside the tests
-instead of between them.
+The phone plans and the Rockchip plan are built in the background (``background_builds``,
+:class:`tests.conftest.BackgroundRuns`): ExecuTorch's lowering and the RKNN compile keep one core busy each, so on a
+2-core machine one of them runs beside the tests instead of between them.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from vllm_omni.edge.cli.export import main as export_main
 
-from ..conftest import STEP_ARGS, _build_plan
+from ..conftest import STEP_ARGS, BackgroundRuns, _build_plan, first_use
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILD_TIMEOUT_S = 1800  # a build that takes longer hangs (they take about a minute each on 2 cores)
 
 
 def edge_build_command(out_dir: Path, *args) -> list[str]:
     """``python -m vllm_omni.edge build --out out_dir *args`` in this venv."""
     return [sys.executable, "-m", "vllm_omni.edge", "build", "--out", str(out_dir), *map(str, args)]
-
-
-class BackgroundBuilds:
-    """``python -m vllm_omni.edge build`` runs, one after another in a second process while the tests go on.
-
-    ``add`` queues a build (its name, output directory and arguments), ``start`` starts the queue, ``result`` waits
-    for one and returns its completed process (``returncode``, ``stdout``, ``stderr``) or ``None`` when it was never
-    queued (the fixture then builds in the test process, as a run without this class would).
-    """
-
-    def __init__(self) -> None:
-        self._queue: list[tuple[str, list[str]]] = []
-        self._done: dict[str, threading.Event] = {}
-        self._results: dict[str, subprocess.CompletedProcess] = {}
-        self._process: subprocess.Popen | None = None
-        self._closing = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="background-builds", daemon=True)
-
-    def add(self, name: str, out_dir: Path, *args: str) -> None:
-        self._queue.append((name, edge_build_command(out_dir, *args)))
-        self._done[name] = threading.Event()
-
-    def start(self) -> None:
-        if self._queue:
-            self._thread.start()
-
-    def _run(self) -> None:
-        for name, command in self._queue:
-            try:
-                if self._closing.is_set():
-                    raise RuntimeError("the session ended before this build started")
-                self._process = subprocess.Popen(
-                    command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-                )
-                try:
-                    stdout, stderr = self._process.communicate(timeout=BUILD_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    self._process.kill()
-                    stdout, stderr = self._process.communicate()
-                    stderr += f"\n[background build] killed after {BUILD_TIMEOUT_S} s"
-                self._results[name] = subprocess.CompletedProcess(command, self._process.returncode, stdout, stderr)
-            except Exception as exc:  # any failure is the waiting fixture's to report
-                self._results[name] = subprocess.CompletedProcess(command, -1, "", f"{type(exc).__name__}: {exc}")
-            finally:
-                self._done[name].set()
-
-    def result(self, name: str) -> subprocess.CompletedProcess | None:
-        if name not in self._done:
-            return None
-        self._done[name].wait()
-        return self._results[name]
-
-    def close(self) -> None:
-        """Stop what is still queued or running (a session that ends early: -x, a deselected consumer's error)."""
-        self._closing.set()
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-        if self._thread.is_alive():
-            self._thread.join(timeout=60)
 
 
 @pytest.fixture(scope="session")
@@ -108,18 +47,16 @@ def background_builds(request, device_cache, tmp_path_factory):
     """The session's phone and Rockchip builds that a selected test needs, queued in the order the tests need them
     (the first consumer's place in the run) and started with the first test of tests/edge."""
     del device_cache  # set first: the builds inherit its environment variable
-    first_use: dict[str, int] = {}
-    for index, item in enumerate(request.session.items):
-        for name in item.fixturenames:
-            first_use.setdefault(name, index)
-    wanted = sorted((first_use[name], name) for name in BACKGROUND if name in first_use)
-    builds = BackgroundBuilds()
-    for _, name in wanted:
+    places = first_use(request.session.items)
+    builds = BackgroundRuns(lanes=1)
+    for _, name in sorted((places[name], name) for name in BACKGROUND if name in places):
         if name == "rockchip_plan" and not CONVERTER_PYTHON.exists():
             continue  # rockchip_plan fails with how to make the converter venv
         checkpoint_fixture, args = BACKGROUND[name]
         out = tmp_path_factory.mktemp("plans") / name
-        builds.add(name, out, "--model", request.getfixturevalue(checkpoint_fixture), *args)
+        builds.add(
+            name, edge_build_command(out, "--model", request.getfixturevalue(checkpoint_fixture), *args), REPO_ROOT
+        )
     builds.start()
     yield builds
     builds.close()
@@ -139,7 +76,7 @@ def rockchip_plan(moderate_checkpoint, tmp_path_factory, background_builds) -> t
     return Path(result.args[result.args.index("--out") + 1]), result
 
 
-def background_plan(builds: BackgroundBuilds, name: str) -> Path | None:
+def background_plan(builds: BackgroundRuns, name: str) -> Path | None:
     """The output directory of the background build ``name`` once it succeeded; ``None`` if it was not queued."""
     result = builds.result(name)
     if result is None:
@@ -205,7 +142,7 @@ def phone_steps_plan(small_checkpoint, tmp_path_factory, background_builds) -> P
     )
 
 
-# What BackgroundBuilds builds: fixture -> (the checkpoint fixture, the build's arguments).
+# What background_builds builds: fixture -> (the checkpoint fixture, the build's arguments).
 BACKGROUND = {
     "phone_steps_plan": ("small_checkpoint", ("--hardware", "npu_phone", *PHONE_STEP_ARGS)),
     "phone_plan": ("small_checkpoint", ("--hardware", "npu_phone", *PHONE_ARGS)),

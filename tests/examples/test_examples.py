@@ -1,4 +1,8 @@
-"""Every script in examples/ runs as a user would run it (small checkpoints the tests write)."""
+"""Every script in examples/ runs as a user would run it (small checkpoints the tests write).
+
+The vLLM examples start an engine or a server each (about 25 s on 2 cores, mostly one core busy): they run two at
+a time, started together when the first of them is needed (:func:`vllm_runs`), and each test checks its own run.
+"""
 
 from __future__ import annotations
 
@@ -47,21 +51,74 @@ def test_build_a_plan_then_decode_a_recording_on_the_device(repo_root, small_che
     assert snr_db(float_to_pcm16(reference).astype(np.float64), read_wav(out)) >= 90
 
 
+# test -> the example and its arguments: {model} the session's talker checkpoint, {base} a Base checkpoint over the
+# same speech tokenizer, {voices} the reference recordings, {out} the run's own directory.
+VLLM_RUNS = {
+    "test_generate_frames_offline": (
+        "generate_frames.py", "--model", "{model}", "--text", "Hello there.", "--greedy", "--max-frames", "12",
+        "--out", "{out}/frames.npy", "--memory-fraction", "0.1",  # of the RAM, not 0.3: another example runs beside it
+    ),
+    "test_serve_stream_and_decode_on_loopback": (
+        "serve_and_stream.py", "--model", "{model}", "--text", "Hello there.", "--out", "{out}/speech.wav",
+        "--artifacts", "{out}/artifacts", "--max-frames", "12",
+    ),
+    "test_stream_text_piped_into_the_client": (
+        "stream_text.py", "--model", "{model}", "--text", "Hello there. How are you?", "--rate", "20",
+        "--out", "{out}/speech.wav", "--artifacts", "{out}/artifacts", "--max-frames", "12",
+    ),
+    # x-vector only: the small test decoder's tokenizer makes 500 frames/s of reference, too many for a prompt.
+    "test_clone_a_voice_offline": (
+        "clone_voice.py", "--model", "{base}", "--ref-audio", "{voices}/ref_b_22k.wav", "--x-vector-only",
+        "--text", "Hello there.", "--text", "And again.", "--greedy", "--max-frames", "12", "--out", "{out}/frames.npy",
+        "--kv-cache-bytes", str(64 << 20),
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def vllm_runs(request, repo_root, talker_checkpoint, tmp_path_factory, background_runs):
+    """The selected tests' vLLM examples, started two at a time: ``(runs, test name -> the run's directory)``."""
+    here = Path(__file__)
+    selected = [item.originalname for item in request.session.items if item.path == here]
+    runs, directories = background_runs(lanes=2, timeout_s=900), {}
+    fields = {"model": talker_checkpoint, "voices": repo_root / "tests" / "fixtures" / "voices"}
+    if "test_clone_a_voice_offline" in selected:
+        import shutil
+
+        from vllm_omni.edge.testing.talker_checkpoint import write_talker_files
+
+        base = tmp_path_factory.mktemp("examples") / "base"
+        shutil.copytree(talker_checkpoint / "speech_tokenizer", base / "speech_tokenizer")
+        fields["base"] = write_talker_files(base, "tiny", seed=3, model_type="base")
+    for name in (name for name in VLLM_RUNS if name in selected):
+        script, *args = VLLM_RUNS[name]
+        directories[name] = tmp_path_factory.mktemp("examples")
+        arguments = [arg.format(**fields, out=directories[name]) for arg in args]
+        runs.add(name, [sys.executable, repo_root / "examples" / script, *arguments], repo_root)
+    runs.start()
+    return runs, directories
+
+
+def example_run(vllm_runs, name: str) -> tuple[str, Path]:
+    """The standard output and directory of the example run of test ``name``, which must have succeeded."""
+    runs, directories = vllm_runs
+    result = runs.result(name)
+    assert result is not None, f"{name} has no example run"
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout, directories[name]
+
+
 @pytest.mark.vllm
-def test_generate_frames_offline(repo_root, talker_checkpoint, tmp_path):
-    out = tmp_path / "frames.npy"
-    stdout = run_example(repo_root, "generate_frames.py", "--model", str(talker_checkpoint), "--text", "Hello there.",
-                         "--greedy", "--max-frames", "12", "--out", str(out))  # fmt: skip
-    frames = np.load(out)
+def test_generate_frames_offline(vllm_runs):
+    stdout, out = example_run(vllm_runs, "test_generate_frames_offline")
+    frames = np.load(out / "frames.npy")
     assert frames.shape == (12, 16) and "12 frames" in stdout
 
 
 @pytest.mark.vllm
-def test_serve_stream_and_decode_on_loopback(repo_root, talker_checkpoint, tmp_path):
-    out = tmp_path / "speech.wav"
-    run_example(repo_root, "serve_and_stream.py", "--model", str(talker_checkpoint), "--text", "Hello there.",
-                "--out", str(out), "--artifacts", str(tmp_path / "artifacts"), "--max-frames", "12")  # fmt: skip
-    assert read_wav(out).size == 12 * 48  # 12 frames at the small geometry's 48 samples per frame
+def test_serve_stream_and_decode_on_loopback(vllm_runs):
+    _, out = example_run(vllm_runs, "test_serve_stream_and_decode_on_loopback")
+    assert read_wav(out / "speech.wav").size == 12 * 48  # 12 frames at the small geometry's 48 samples per frame
 
 
 def test_stream_text_writes_the_words_as_an_llm_would(repo_root):
@@ -70,28 +127,15 @@ def test_stream_text_writes_the_words_as_an_llm_would(repo_root):
 
 
 @pytest.mark.vllm
-def test_stream_text_piped_into_the_client(repo_root, talker_checkpoint, tmp_path):
-    out = tmp_path / "speech.wav"
-    run_example(repo_root, "stream_text.py", "--model", str(talker_checkpoint), "--text", "Hello there. How are you?",
-                "--rate", "20", "--out", str(out), "--artifacts", str(tmp_path / "artifacts"),
-                "--max-frames", "12")  # fmt: skip
-    assert read_wav(out).size == 12 * 48  # one utterance of 12 frames at the small geometry's 48 samples per frame
+def test_stream_text_piped_into_the_client(vllm_runs):
+    _, out = example_run(vllm_runs, "test_stream_text_piped_into_the_client")
+    # one utterance of 12 frames at the small geometry's 48 samples per frame
+    assert read_wav(out / "speech.wav").size == 12 * 48
 
 
 @pytest.mark.vllm
-def test_clone_a_voice_offline(repo_root, talker_checkpoint, tmp_path):
-    """x-vector only: the small test decoder's tokenizer makes 500 frames/s of reference, too many for a prompt."""
-    import shutil
-
-    from vllm_omni.edge.testing.talker_checkpoint import write_talker_files
-
-    base = tmp_path / "base"
-    shutil.copytree(talker_checkpoint / "speech_tokenizer", base / "speech_tokenizer")
-    write_talker_files(base, "tiny", seed=3, model_type="base")
-    out = tmp_path / "frames.npy"
-    reference = repo_root / "tests" / "fixtures" / "voices" / "ref_b_22k.wav"
-    stdout = run_example(repo_root, "clone_voice.py", "--model", str(base), "--ref-audio", str(reference),
-                         "--x-vector-only", "--text", "Hello there.", "--text", "And again.", "--greedy",
-                         "--max-frames", "12", "--out", str(out), "--kv-cache-bytes", str(64 << 20))  # fmt: skip
+def test_clone_a_voice_offline(vllm_runs):
+    """A Base checkpoint's voice from a reference recording (x-vector only), then frames for two texts."""
+    stdout, out = example_run(vllm_runs, "test_clone_a_voice_offline")
     assert "x-vector only" in stdout
-    assert [np.load(tmp_path / f"frames_{i}.npy").shape for i in (1, 2)] == [(12, 16), (12, 16)]
+    assert [np.load(out / f"frames_{i}.npy").shape for i in (1, 2)] == [(12, 16), (12, 16)]
