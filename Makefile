@@ -1,11 +1,17 @@
 # Entry points for a fresh machine. Every target sets up what it needs, incrementally.
 PY := .venv/bin/python
-# Test modules that run in the serving venv (marked `vllm`; the rest of the suite needs .venv's packages).
-VLLM_TESTS := tests/entrypoints tests/model_executor/models/qwen3_tts/test_talker.py \
+# Test modules that run in the serving venv (marked `vllm`; the rest of the suite needs .venv's packages), in two
+# passes that run side by side (tools/run_test_passes.py), then the main pass in the lane the first frees: the
+# modules that start a `vllm serve` of their own, and the rest (engines, the official talker, the examples).
+VLLM_SERVER_TESTS := tests/entrypoints/test_browser.py tests/entrypoints/test_serve.py tests/entrypoints/test_voice_serve.py
+VLLM_ENGINE_TESTS := tests/entrypoints $(addprefix --ignore=,$(VLLM_SERVER_TESTS)) \
+	tests/model_executor/models/qwen3_tts/test_talker.py \
 	tests/model_executor/models/qwen3_tts/test_tokenizer_encoder.py tests/model_executor/models/qwen3_tts/test_speaker_encoder.py \
 	tests/model_executor/models/qwen3_tts/test_batch_layout_backends.py tests/model_executor/models/qwen3_tts/test_text_stream.py \
-	tests/model_executor/models/qwen3_tts/test_vllm_symbols.py \
-	tests/examples
+	tests/model_executor/models/qwen3_tts/test_vllm_symbols.py tests/examples
+MAIN_PASS := main="$(PY) -m pytest -q --durations=30 -m 'not vllm'"
+VLLM_PASSES := vllm-servers=".venv-vllm/bin/python -m pytest -q --durations=30 -m vllm $(VLLM_SERVER_TESTS)" \
+	vllm-engines=".venv-vllm/bin/python -m pytest -q --durations=30 -m vllm $(VLLM_ENGINE_TESTS)"
 
 .PHONY: gpu-check setup setup-oracle setup-rknn setup-vllm setup-web setup-browser demo test test-vllm lint bench bench-parity bench-stateful bench-talker bench-serve bench-serve-load bench-text-stream bench-rknn bench-browser clean
 
@@ -58,12 +64,11 @@ demo: setup setup-rknn
 test: setup setup-oracle setup-rknn setup-vllm setup-web setup-browser
 	$(PY) -m ruff check .
 	.venv/bin/lint-imports
-	$(PY) -m pytest -q -m "not vllm"
-	.venv-vllm/bin/python -m pytest -q -m vllm $(VLLM_TESTS)
+	$(PY) tools/run_test_passes.py --logs out/test-logs --lanes 2 $(VLLM_PASSES) $(MAIN_PASS)
 
 # Only the talker tests (vLLM engine + official oracle), in the serving venv.
-test-vllm: setup-oracle setup-vllm setup-web setup-browser
-	.venv-vllm/bin/python -m pytest -q -m vllm $(VLLM_TESTS)
+test-vllm: setup setup-oracle setup-vllm setup-web setup-browser
+	$(PY) tools/run_test_passes.py --logs out/test-logs --lanes 2 $(VLLM_PASSES)
 
 # ruff, then the layer contracts of pyproject.toml [tool.importlinter] (docs/architecture.md).
 lint: setup

@@ -19,7 +19,8 @@ from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
 
 # -- which venv runs what, and no run that passes by skipping ------------------------------------------
 #
-# `make test` runs the suite twice: `-m "not vllm"` in .venv, `-m vllm` in .venv-vllm. A module marked
+# `make test` runs the suite in three passes: `-m "not vllm"` in .venv, `-m vllm` in .venv-vllm (split in two
+# by module, run side by side: tools/run_test_passes.py). A module marked
 # vllm as a whole (`pytestmark = pytest.mark.vllm`) imports vllm at its top, so where vllm does not
 # import it is not collected at all; a run that selects the vllm tests there fails at once, in one line.
 # Every skip must be a documented one: a run that passed fewer tests than it collected, less the
@@ -150,8 +151,14 @@ def talker_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class SharedPlans:
-    """Plans one pytest run built, kept for the next (``make test``'s vLLM pass serves the main pass's), keyed
-    by the checkpoint's sha256 and the hardware class, under ``out/test-plans/`` (ignored by git)."""
+    """Plans one pytest run built, kept for the others (the later servers of a pass serve the CPU plan its first
+    built; a server serves the Rockchip plan the main pass compiled when an earlier pass left one), keyed by the
+    checkpoint's sha256 and the hardware class, under ``out/test-plans/`` (ignored by git).
+
+    ``make test``'s passes run side by side (tools/run_test_passes.py): a plan is published whole (copied beside
+    its slot, then renamed into it), and a plan not there yet, or replaced while it is copied, is not copied (the
+    server builds its own).
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -162,11 +169,19 @@ class SharedPlans:
         return self.root / checkpoint_sha256(resolve_speech_tokenizer(checkpoint))[:16] / hardware
 
     def publish(self, checkpoint: Path, hardware: str, plan_dir: Path) -> None:
+        import os
         import shutil
+        import tempfile
 
         slot = self._slot(checkpoint, hardware)
+        slot.parent.mkdir(parents=True, exist_ok=True)
+        staged = Path(tempfile.mkdtemp(prefix=f".{hardware}-", dir=slot.parent))
+        shutil.copytree(plan_dir, staged, dirs_exist_ok=True)
         shutil.rmtree(slot, ignore_errors=True)
-        shutil.copytree(plan_dir, slot)
+        try:
+            os.rename(staged, slot)
+        except OSError:  # another pass published the same plan first
+            shutil.rmtree(staged, ignore_errors=True)
 
     def copy_to(self, checkpoint: Path, hardware: str, target: Path) -> bool:
         """Copy the kept plan of ``hardware`` for ``checkpoint`` to ``target`` if one validates; False otherwise."""
@@ -178,9 +193,10 @@ class SharedPlans:
         slot = self._slot(checkpoint, hardware)
         try:
             ExecPlan.load(slot)
-        except EdgeError:
+            shutil.copytree(slot, target)
+        except (EdgeError, OSError):
+            shutil.rmtree(target, ignore_errors=True)
             return False
-        shutil.copytree(slot, target)
         return True
 
 

@@ -7,6 +7,8 @@ Importable without vLLM (the main venv collects this folder too): vLLM is import
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from pathlib import Path
 
 import pytest
@@ -22,24 +24,47 @@ ENGINE = {
 }
 
 
-@pytest.fixture(scope="session")
-def talker_engine_settings() -> dict:
-    """The engine arguments of :func:`talker_generator`, for tests that start an engine of their own."""
-    return dict(ENGINE)
+@contextlib.contextmanager
+def in_process_engine_core():
+    """vLLM's offline engine core made in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` while the ``LLM`` is
+    made; the talker then runs on vLLM's one-process executor): no EngineCore and Worker processes to spawn, each of
+    which imports vLLM and torch again (about 20 s of CPU per engine on 2 cores). The variable is put back after,
+    so the servers and examples the tests start keep vLLM's default processes; ``AsyncLLM`` always has them."""
+    previous = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+        else:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = previous
 
 
 @pytest.fixture(scope="session")
-def talker_generator(talker_checkpoint: Path):
-    """``CodecFrameGenerator`` on the session's tiny talker checkpoint (one engine for every module)."""
-    import os
-
+def offline_generator():
+    """``offline_generator(checkpoint, **engine_overrides)``: a ``CodecFrameGenerator`` with the tests' engine
+    settings, its engine core in this process (:func:`in_process_engine_core`), shut down at the end of the session
+    with the others: vLLM's parallel groups are global to a process, so one in-process engine that shuts down takes
+    them from the engines still running beside it (measured: "pipeline model parallel group is not initialized")."""
     from vllm_omni.entrypoints.generation.speech import CodecFrameGenerator
 
-    # LLM.apply_model (the tests read the worker's talker state with it) ships a function to the worker.
-    os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
-    generator = CodecFrameGenerator(talker_checkpoint, **ENGINE)
-    yield generator
-    generator.shutdown()
+    made = []
+
+    def make(checkpoint: Path, **overrides):
+        with in_process_engine_core():
+            made.append(CodecFrameGenerator(checkpoint, **{**ENGINE, **overrides}))
+        return made[-1]
+
+    yield make
+    for generator in reversed(made):
+        generator.shutdown()
+
+
+@pytest.fixture(scope="session")
+def talker_generator(talker_checkpoint: Path, offline_generator):
+    """``CodecFrameGenerator`` on the session's tiny talker checkpoint (one engine for every module)."""
+    return offline_generator(talker_checkpoint)
 
 
 @pytest.fixture(scope="session")

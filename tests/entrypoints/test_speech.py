@@ -16,7 +16,6 @@ import vllm
 
 from vllm_omni.entrypoints.generation.speech import (
     AsyncCodecFrameGenerator,
-    CodecFrameGenerator,
     SpeechRequest,
     SpeechRequestError,
 )
@@ -219,17 +218,12 @@ def test_one_requests_broken_state_fails_that_request_and_the_others_go_on(gener
     np.testing.assert_array_equal(generator.generate([greedy(PROMPTS[victim])])[0], alone[victim])  # serves on
 
 
-def test_preempted_requests_resume_with_the_same_frames(
-    talker_checkpoint: Path, generator, alone, talker_engine_settings
-):
+def test_preempted_requests_resume_with_the_same_frames(talker_checkpoint: Path, generator, alone, offline_generator):
     del generator  # the module's engine stays up; this one has room for about two requests at a time
     small_cache = {"max_model_len": 224, "kv_cache_memory_bytes": 256 << 10, "disable_log_stats": False}
-    small = CodecFrameGenerator(talker_checkpoint, **{**talker_engine_settings, **small_cache})
-    try:
-        frames = small.generate([greedy(request) for request in PROMPTS.values()])
-        preemptions = sum(getattr(m, "value", 0) for m in small.llm.get_metrics() if m.name == "vllm:num_preemptions")
-    finally:
-        small.shutdown()
+    small = offline_generator(talker_checkpoint, **small_cache)  # shut down with the session's (tests/entrypoints)
+    frames = small.generate([greedy(request) for request in PROMPTS.values()])
+    preemptions = sum(getattr(m, "value", 0) for m in small.llm.get_metrics() if m.name == "vllm:num_preemptions")
     assert preemptions > 0, "the small KV cache did not force a preemption; the test proves nothing"
     for name, got in zip(PROMPTS, frames, strict=True):
         np.testing.assert_array_equal(got, alone[name], err_msg=name)
@@ -387,18 +381,15 @@ def test_the_talker_reads_the_device_at_most_once_per_step(generator):
 
 
 def test_bfloat16_engine_makes_valid_frames_and_reports_its_agreement_with_fp32(
-    talker_checkpoint: Path, generator, alone, talker_engine_settings
+    talker_checkpoint: Path, generator, alone, offline_generator
 ):
     """``dtype=bfloat16`` on CPU (AVX-512 BF16 here; the official's GPU dtype): no error, frames in range. bf16
     rounding flips near-tied picks of random weights, after which a stream goes its own way, so agreement with
     fp32 is reported (by this test's output and ``make bench-talker``), not required."""
     del generator  # the module's fp32 engine stays up
-    bf16 = CodecFrameGenerator(talker_checkpoint, **{**talker_engine_settings, "dtype": "bfloat16"})
-    try:
-        frames = bf16.generate([greedy(request) for request in PROMPTS.values()])
-        sampled = bf16.generate([SpeechRequest(**{**greedy(PROMPTS["english_speaker"]).__dict__, "greedy": False})])
-    finally:
-        bf16.shutdown()
+    bf16 = offline_generator(talker_checkpoint, dtype="bfloat16")  # shut down with the session's (tests/entrypoints)
+    frames = bf16.generate([greedy(request) for request in PROMPTS.values()])
+    sampled = bf16.generate([SpeechRequest(**{**greedy(PROMPTS["english_speaker"]).__dict__, "greedy": False})])
     equal = total = 0
     for name, got in zip(PROMPTS, [*frames], strict=True):
         assert got.dtype == np.int64 and got.ndim == 2 and got.shape[1] == 16 and 0 < len(got) <= FRAMES, name

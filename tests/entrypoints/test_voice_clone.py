@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vllm_omni.entrypoints.generation.speech import CodecFrameGenerator, SpeechRequest, SpeechRequestError
+from vllm_omni.entrypoints.generation.speech import SpeechRequest, SpeechRequestError
 
 from .oracle import run_oracle
 
@@ -85,10 +85,8 @@ def official(repo_root: Path, base_checkpoint: Path, short_clip: Path, tmp_path_
 
 
 @pytest.fixture(scope="module")
-def generator(base_checkpoint: Path, talker_engine_settings: dict):
-    generator = CodecFrameGenerator(base_checkpoint, **talker_engine_settings)
-    yield generator
-    generator.shutdown()
+def generator(base_checkpoint: Path, offline_generator):
+    return offline_generator(base_checkpoint)  # shut down with the session's (tests/entrypoints/conftest.py)
 
 
 @pytest.fixture(scope="module")

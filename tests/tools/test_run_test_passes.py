@@ -1,0 +1,54 @@
+"""tools/run_test_passes.py: passes run side by side, each one's log kept, the failures shown, one total line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PASSING = "def test_one():\n    pass\n\ndef test_two():\n    pass\n"
+FAILING = "def test_ok():\n    pass\n\ndef test_broken():\n    assert 1 == 2, 'the marker of the failure'\n"
+SLEEPING = "import time\n\ndef test_sleeps():\n    time.sleep(60)\n"
+
+
+def run_passes(repo_root: Path, tmp_path: Path, modules: dict[str, str], *options: str) -> subprocess.CompletedProcess:
+    passes = []
+    for name, source in modules.items():
+        module = tmp_path / f"test_{name}.py"
+        module.write_text(source)
+        passes.append(f"{name}={sys.executable} -m pytest -q -p no:cacheprovider --rootdir {tmp_path} {module}")
+    command = [sys.executable, str(repo_root / "tools" / "run_test_passes.py"), "--logs", str(tmp_path / "logs")]
+    return subprocess.run([*command, *options, *passes], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+
+
+def test_passes_run_at_once_and_a_failure_fails_the_run_with_its_log(repo_root, tmp_path):
+    run = run_passes(repo_root, tmp_path, {"good": PASSING, "bad": FAILING, "fine": PASSING})
+    assert run.returncode == 1, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[-1] == "tests: 5 passed, 1 failed"
+    assert "the marker of the failure" in run.stdout  # the failing pass's whole log
+    assert "===== the log of bad" in run.stdout and "===== the log of good" not in run.stdout
+    reports = {line.split(":")[0]: line for line in lines if line.startswith(("good:", "bad:", "fine:"))}
+    assert "2 passed" in reports["good"] and "exit 0" in reports["good"]
+    assert "1 failed, 1 passed" in reports["bad"] and "exit 1" in reports["bad"]
+    assert sorted(path.name for path in (tmp_path / "logs").iterdir()) == ["bad.log", "fine.log", "good.log"]
+
+
+def test_all_passing_exits_zero(repo_root, tmp_path):
+    run = run_passes(repo_root, tmp_path, {"one": PASSING, "two": PASSING})
+    assert run.returncode == 0 and run.stdout.splitlines()[-1] == "tests: 4 passed, 0 failed", run.stdout
+
+
+def test_a_pass_over_its_time_is_killed_and_fails_the_run(repo_root, tmp_path):
+    began = time.monotonic()
+    run = run_passes(repo_root, tmp_path, {"slow": SLEEPING, "quick": PASSING}, "--timeout-s", "5")
+    assert time.monotonic() - began < 50, "the sleeping pass was not killed"
+    assert run.returncode == 1 and "killed after 5 s" in run.stdout, run.stdout
+    assert run.stdout.splitlines()[-1] == "tests: 2 passed, 1 failed"
+
+
+def test_a_pass_not_written_name_equals_command_is_one_line(repo_root, tmp_path):
+    command = [sys.executable, str(repo_root / "tools" / "run_test_passes.py"), "pytest -q"]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert run.returncode != 0 and "expected NAME=COMMAND" in run.stderr and "Traceback" not in run.stderr

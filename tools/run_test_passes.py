@@ -1,0 +1,183 @@
+"""Run pytest passes side by side, at most ``--lanes`` at once: ``make test``'s two vLLM passes together, then
+its main pass.
+
+Most of a vLLM pass on this project's 2-core machines keeps one core busy (an engine or server start: processes
+that import vLLM by spawn; the tiny talker's Python-bound steps; the official talker) or none (a test waiting on a
+socket limit), so two such passes that share nothing run together in about the time of the longer one. The main
+pass keeps both cores busy (ExecuTorch lowering and the RKNN compile beside the tests): it gets its own lane once
+one is free. Three passes at once on 2 cores thrash (measured: slower than one after the other).
+
+Usage::
+
+    python tools/run_test_passes.py --logs out/test-logs --lanes 2 \\
+        served=".venv-vllm/bin/python -m pytest -q -m vllm ..." engines="..." main=".venv/bin/python -m pytest ..."
+
+Each ``NAME=COMMAND`` starts, in the order given, as soon as fewer than ``--lanes`` passes run (the command split
+as a shell would, run without one), with its output in ``LOGS/NAME.log``. Every minute one line tells how far each
+pass has come (tests done, pytest's ``[ NN%]``). At the end: the whole log of each pass that failed, each pass's
+closing line, and one total line ``tests: N passed, N failed``. The exit status is 0 only when every pass exited
+0. A pass still running after ``--timeout-s`` is killed (with what it started) and counts as failed; so does every
+pass on an interrupt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# a line of pytest -q's progress: one character per test (. F E s x X), "[ NN%]" at the end of a full line
+PROGRESS = re.compile(r"^([.FEsxX]+)(?:\s+\[\s*(\d+)%\])?$", re.MULTILINE)
+# pytest's closing line in -q mode: "521 passed, 4 deselected, 29 warnings in 534.19s (0:08:54)"
+CLOSING = re.compile(r"^(?:=+ )?(?:\d+ \w+(?:, )?)+.* in [\d.]+s")
+COUNTS = re.compile(r"(\d+) (passed|failed|errors?)")
+
+
+@dataclass
+class TestPass:
+    """One pytest run: its name, command, log and, once it ended, its exit status and wall time."""
+
+    name: str
+    command: list[str]
+    log: Path
+    process: subprocess.Popen | None = None
+    started: float = 0.0
+    returncode: int | None = None
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "wb") as out:
+            # its own process group: a kill reaches the servers and builds the pass started
+            self.process = subprocess.Popen(
+                self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        self.started = time.monotonic()
+
+    def poll(self) -> bool:
+        """True once the pass has ended (False while it waits for a lane)."""
+        if self.returncode is None and self.process is not None:
+            pid, status, usage = os.wait4(self.process.pid, os.WNOHANG)  # the pass's CPU time with its children's
+            if pid:
+                self.process.returncode = self.returncode = os.waitstatus_to_exitcode(status)
+                self.seconds, self.cpu_seconds = time.monotonic() - self.started, usage.ru_utime + usage.ru_stime
+        return self.returncode is not None
+
+    def kill(self, why: str) -> None:
+        if self.poll():
+            return
+        self.notes.append(why)
+        if self.process is None:
+            self.returncode = -1  # never started
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        while not self.poll():
+            time.sleep(0.1)
+
+    def progress(self) -> str:
+        if self.returncode is not None:
+            return f"{self.name} done (exit {self.returncode})"
+        if self.process is None:
+            return f"{self.name} waiting"
+        lines = PROGRESS.findall(self.log.read_text(errors="replace")) if self.log.exists() else []
+        done, failed = sum(len(marks) for marks, _ in lines), sum(marks.count("F") for marks, _ in lines)
+        percent = next((f" ({share}%)" for _, share in reversed(lines) if share), "")
+        return f"{self.name} {done} tests{percent}" + (f", {failed} failed" if failed else "")
+
+    def summary(self) -> str:
+        """pytest's closing line of the pass ("521 passed, 4 deselected in 534.19s"), or what stands in for it."""
+        lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
+        return next((line.strip("= ") for line in reversed(lines) if CLOSING.match(line)), "no closing line")
+
+    def report(self) -> str:
+        notes = "".join(f"; {note}" for note in self.notes)
+        ended = f"exit {self.returncode}, {self.seconds / 60:.1f} min, CPU {self.cpu_seconds / 60:.1f} min{notes}"
+        return f"{self.name}: {self.summary()} [{ended}] ({self.log})"
+
+    def counts(self) -> dict[str, int]:
+        """passed / failed (failed tests and errors together) from the closing line."""
+        counts = {"passed": 0, "failed": 0}
+        for number, kind in COUNTS.findall(self.summary()):
+            counts["passed" if kind == "passed" else "failed"] += int(number)
+        if self.returncode != 0 and counts["failed"] == 0:
+            counts["failed"] = 1  # the pass failed without a failed test (collection, a crash, a kill)
+        return counts
+
+
+def parse_pass(text: str, logs: Path) -> TestPass:
+    name, sep, command = text.partition("=")
+    if not sep or not re.fullmatch(r"[\w-]+", name) or not command.strip():
+        raise SystemExit(f"run_test_passes: expected NAME=COMMAND (NAME of letters, digits, - and _), got {text!r}")
+    return TestPass(name, shlex.split(command), logs / f"{name}.log")
+
+
+def interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt  # a SIGTERM (a CI time limit) stops the passes' process groups too
+
+
+def run(passes: list[TestPass], lanes: int, timeout_s: float, report_s: float) -> int:
+    signal.signal(signal.SIGTERM, interrupt)
+    names = ", ".join(p.name for p in passes)
+    print(f"[tests] {len(passes)} passes, {lanes} at a time: {names} (logs in {passes[0].log.parent})", flush=True)
+    began = last_report = time.monotonic()
+    try:
+        while not all(p.poll() for p in passes):
+            waiting = [p for p in passes if p.process is None and p.returncode is None]
+            running = [p for p in passes if p.process is not None and not p.poll()]
+            for test_pass in waiting[: max(0, lanes - len(running))]:
+                test_pass.start()
+            time.sleep(1)
+            now = time.monotonic()
+            for test_pass in passes:
+                if test_pass.process is not None and not test_pass.poll() and now - test_pass.started > timeout_s:
+                    test_pass.kill(f"killed after {timeout_s:g} s")
+            if now - last_report >= report_s:
+                last_report = now
+                minutes, seconds = divmod(int(now - began), 60)
+                print(f"[tests] {minutes}m{seconds:02d}s: " + ", ".join(p.progress() for p in passes), flush=True)
+    except KeyboardInterrupt:
+        for test_pass in passes:
+            test_pass.kill("interrupted")
+    for test_pass in passes:
+        if test_pass.returncode != 0 and test_pass.log.exists():
+            print(f"\n[tests] ===== the log of {test_pass.name} ({test_pass.log}) =====", flush=True)
+            sys.stdout.write(test_pass.log.read_text(errors="replace"))
+    print()
+    totals = {"passed": 0, "failed": 0}
+    for test_pass in passes:
+        print(test_pass.report())
+        for kind, number in test_pass.counts().items():
+            totals[kind] += number
+    print(f"tests: {totals['passed']} passed, {totals['failed']} failed", flush=True)
+    return 0 if all(p.returncode == 0 for p in passes) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("passes", nargs="+", metavar="NAME=COMMAND", help="a pass: its name and its command line")
+    parser.add_argument("--logs", type=Path, default=Path("out/test-logs"), help="where each pass's log goes")
+    parser.add_argument("--lanes", type=int, default=2, help="how many passes run at once (at least 1)")
+    parser.add_argument("--timeout-s", type=float, default=3600, help="a pass running longer is killed (failed)")
+    parser.add_argument("--report-s", type=float, default=60, help="seconds between progress lines")
+    args = parser.parse_args(argv)
+    passes = [parse_pass(text, args.logs) for text in args.passes]
+    if len({p.name for p in passes}) != len(passes):
+        raise SystemExit("run_test_passes: two passes have the same name; give each its own")
+    if args.lanes < 1:
+        raise SystemExit(f"run_test_passes: --lanes must be at least 1, got {args.lanes}")
+    return run(passes, args.lanes, args.timeout_s, args.report_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
