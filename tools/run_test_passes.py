@@ -57,12 +57,16 @@ class TestPass:
 
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "wb") as out:
-            # its own process group: a kill reaches the servers and builds the pass started
-            self.process = subprocess.Popen(
-                self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
         self.started = time.monotonic()
+        with open(self.log, "wb") as out:
+            try:  # its own process group: a kill reaches the servers and builds the pass started
+                self.process = subprocess.Popen(
+                    self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                )
+            except OSError as exc:  # a venv not built: the pass fails with what to do, the others go on
+                out.write(f"could not start {self.command[0]}: {exc} (run the make target that sets it up)\n".encode())
+                self.returncode = 127
+                self.notes.append("did not start")
 
     def poll(self) -> bool:
         """True once the pass has ended (False while it waits for a lane)."""
@@ -133,7 +137,7 @@ def run(passes: list[TestPass], lanes: int, timeout_s: float, report_s: float) -
     began = last_report = time.monotonic()
     try:
         while not all(p.poll() for p in passes):
-            waiting = [p for p in passes if p.process is None and p.returncode is None]
+            waiting = [p for p in passes if p.process is None and p.returncode is None]  # not started yet
             running = [p for p in passes if p.process is not None and not p.poll()]
             for test_pass in waiting[: max(0, lanes - len(running))]:
                 test_pass.start()

@@ -52,3 +52,14 @@ def test_a_pass_not_written_name_equals_command_is_one_line(repo_root, tmp_path)
     command = [sys.executable, str(repo_root / "tools" / "run_test_passes.py"), "pytest -q"]
     run = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert run.returncode != 0 and "expected NAME=COMMAND" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_pass_whose_program_is_missing_fails_in_its_log_and_the_others_run(repo_root, tmp_path):
+    (tmp_path / "test_good.py").write_text(PASSING)
+    good = f"good={sys.executable} -m pytest -q -p no:cacheprovider --rootdir {tmp_path} {tmp_path / 'test_good.py'}"
+    command = [sys.executable, str(repo_root / "tools" / "run_test_passes.py"), "--logs", str(tmp_path / "logs")]
+    run = subprocess.run([*command, "gone=.venv-none/bin/python -m pytest", good], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)  # fmt: skip
+    assert run.returncode == 1 and "Traceback" not in run.stdout + run.stderr, run.stdout + run.stderr
+    assert "could not start .venv-none/bin/python" in run.stdout and "did not start" in run.stdout
+    assert run.stdout.splitlines()[-1] == "tests: 2 passed, 1 failed"
