@@ -6,7 +6,9 @@ test modules never import each other.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import subprocess
 import sys
 import threading
@@ -107,24 +109,32 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(f"FAILED: {failure}", red=True)
 
 
+@contextlib.contextmanager
+def environment_variable(name: str, value: str):
+    """``name=value`` in this process's environment (and so in the subprocesses it starts) for the ``with`` block;
+    what was there before is put back after, or the variable removed."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
 @pytest.fixture(scope="session", autouse=True)
 def device_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Per-device state (verified files, optimized onnxruntime graphs) goes to a temporary directory, not ~/.cache.
 
     Subprocesses the tests start inherit it through the environment.
     """
-    import os
-
     from vllm_omni.edge.integrity import CACHE_ENV
 
     directory = tmp_path_factory.mktemp("device-cache")
-    previous = os.environ.get(CACHE_ENV)
-    os.environ[CACHE_ENV] = str(directory)
-    yield directory
-    if previous is None:
-        os.environ.pop(CACHE_ENV, None)
-    else:
-        os.environ[CACHE_ENV] = previous
+    with environment_variable(CACHE_ENV, str(directory)):
+        yield directory
 
 
 @pytest.fixture(scope="session")
@@ -169,7 +179,6 @@ class SharedPlans:
         return self.root / checkpoint_sha256(resolve_speech_tokenizer(checkpoint))[:16] / hardware
 
     def publish(self, checkpoint: Path, hardware: str, plan_dir: Path) -> None:
-        import os
         import shutil
         import tempfile
 

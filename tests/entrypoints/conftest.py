@@ -7,11 +7,11 @@ Importable without vLLM (the main venv collects this folder too): vLLM is import
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 from pathlib import Path
 
 import pytest
+
+from ..conftest import environment_variable
 
 # Engine settings the tests run the tiny talker with (random weights, fp32, a 64 MB KV cache).
 ENGINE = {
@@ -24,21 +24,12 @@ ENGINE = {
 }
 
 
-@contextlib.contextmanager
 def in_process_engine_core():
     """vLLM's offline engine core made in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` while the ``LLM`` is
     made; the talker then runs on vLLM's one-process executor): no EngineCore and Worker processes to spawn, each of
     which imports vLLM and torch again (about 20 s of CPU per engine on 2 cores). The variable is put back after,
     so the servers and examples the tests start keep vLLM's default processes; ``AsyncLLM`` always has them."""
-    previous = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-        else:
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = previous
+    return environment_variable("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
 @pytest.fixture(scope="session")
