@@ -97,6 +97,27 @@ def speech_tokenizer_config(decoder_config: Qwen3TTSTokenizerV2DecoderConfig) ->
     )
 
 
+def save_reproducibly(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
+    """``safetensors.torch.save_file``, the same bytes in every process for the same tensors and metadata.
+
+    safetensors writes its ``__metadata__`` map in hash order, which changes from process to process, so a
+    seed would give a different ``checkpoint_sha256`` (which plans are keyed by) half the time. The header is
+    rewritten in place with that map's keys sorted: the same length, the data offsets untouched.
+    """
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata=metadata)
+    with open(path, "r+b") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+        header = json.loads(handle.read(length))
+        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+        canonical = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+        if len(canonical) > length:
+            raise ValueError(f"the sorted safetensors header of {path} is {len(canonical)} bytes, over its {length}")
+        handle.seek(8)
+        handle.write(canonical.ljust(length, b" "))
+
+
 def write_checkpoint(
     out: str | os.PathLike[str],
     geometry: str | Qwen3TTSTokenizerV2DecoderConfig = "small",
@@ -111,8 +132,6 @@ def write_checkpoint(
     from another implementation. Files are written under temporary names and renamed, so an
     interrupted run never leaves a complete-looking checkpoint.
     """
-    from safetensors.torch import save_file
-
     config = GEOMETRIES[geometry]() if isinstance(geometry, str) else geometry
     out = Path(out)
     tokenizer_dir = out / SPEECH_TOKENIZER_DIR
@@ -128,7 +147,7 @@ def write_checkpoint(
 
     write_atomically(
         tokenizer_dir / WEIGHTS_FILE,
-        lambda path: save_file(tensors, str(path), metadata={"format": "pt", "note": RANDOM_WEIGHTS_NOTE}),
+        lambda path: save_reproducibly(tensors, path, metadata={"format": "pt", "note": RANDOM_WEIGHTS_NOTE}),
     )
     config_values = tokenizer_config.to_dict()
     config_values["note"] = RANDOM_WEIGHTS_NOTE
