@@ -102,6 +102,8 @@ class EngineRequest:
 
     prompt_ids: list[int]
     sampling_params: Any
+    text_tokens: int = 0  # the text's and the instruction's tokens (usage)
+    audio_tokens: int = 0  # reference frames of an in-context voice (usage)
 
 
 def load_generation_defaults(model_dir: Path | None) -> dict[str, Any]:
@@ -243,7 +245,7 @@ class _SpeechFrontend:
             )
         except (ValueError, VLLMClientError) as error:  # checked above; vLLM's own checks are the last word
             raise SpeechRequestError(f"the engine refuses this request: {error}") from None
-        return EngineRequest(prompt.prompt_ids, params)
+        return EngineRequest(prompt.prompt_ids, params, prompt.text_tokens, prompt.audio_tokens)
 
     def assembler(self) -> FrameAssembler:
         return FrameAssembler(*self.frame_args)

@@ -1,10 +1,15 @@
-"""The body of ``POST /v1/audio/speech`` (and of the WebSocket's start message), its checks, its request.
+"""The body of ``POST /v1/audio/speech`` (and of batch items and WebSocket sessions), its checks, its request.
 
 OpenAI's fields (``model``, ``input``, ``voice``, ``instructions``, ``response_format``, ``speed``,
-``stream_format``), Qwen3-TTS's (``language``, ``task_type``), the edge's (``edge_hardware``,
-``stream``, ``frames_per_message``) and the generator's own, under their :class:`~..generation.speech.SpeechRequest`
-names (:data:`GENERATOR_FIELDS`). :func:`check_body` refuses what the server will not do before any
-tokenization: each refusal is a :class:`SpeechApiError` with the HTTP status and a message of ours.
+``stream_format``), upstream vLLM-Omni's (``task_type``, ``language``, ``stream``, ``max_new_tokens``,
+``initial_codec_chunk_frames``, ``extra_params``, ``word_timestamps``, the voice-cloning fields, ``voice`` as
+``speaker`` or ``{"id": ...}``), the edge's (``edge_hardware``, ``frames_per_message``) and the generator's own,
+under their :class:`~..generation.speech.SpeechRequest` names (:data:`GENERATOR_FIELDS`). :func:`check_body`
+refuses what the server will not do before any tokenization, and :func:`with_upstream_meaning` gives upstream's
+fields upstream's meaning (a voice it ignores dropped, the task inferred, ``max_new_tokens`` as ``max_frames``):
+each refusal is a :class:`SpeechApiError` with the HTTP status and a message of ours. Where OpenAI and upstream
+disagree, OpenAI wins on OpenAI's fields (``response_format`` defaults to ``mp3``) and upstream on its own
+(``stream`` alone means server-sent events); ``docs/serving/serve.md`` lists every difference.
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ CODEC_MEDIA_TYPE = "application/x-qwen3-tts-codec-stream"
 SSE_MEDIA_TYPE = "text/event-stream"
 TASK_TYPES = {"CustomVoice": "custom_voice", "VoiceDesign": "voice_design", "Base": "base"}
 MAX_NAME_CHARS = 256  # voice, language, model, edge_hardware
+MAX_NEW_TOKENS = 4096  # upstream's bound on max_new_tokens
+MAX_FRAMES_PER_MESSAGE = 256
+DEFAULT_SPEAKER = "vivian"  # upstream's voice when none is given (a CustomVoice checkpoint without it: its first)
+PLACEHOLDER_VOICE = "default"  # upstream's "no voice in particular"
 
 # SpeechRequest fields a speech request may set under their own names (the rest are OpenAI's).
 GENERATOR_FIELDS = (
@@ -30,6 +39,8 @@ GENERATOR_FIELDS = (
     "repetition_penalty",
     "seed",
 )
+# What ``extra_params`` may set (upstream copies its sampling keys onto the talker's sampling parameters).
+EXTRA_PARAMS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed", "greedy")
 
 
 class SpeechApiError(Exception):
@@ -41,11 +52,11 @@ class SpeechApiError(Exception):
 
 
 def speech_body_model() -> Any:
-    """The pydantic model of the body: OpenAI's fields, Qwen3-TTS's, and the generator's."""
+    """The pydantic model of the body: OpenAI's fields, upstream vLLM-Omni's, the edge's, and the generator's."""
     import dataclasses
     import typing
 
-    from pydantic import BaseModel, ConfigDict, Field, create_model
+    from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, model_validator
 
     from ..generation.speech import SpeechRequest
     from .speech_audio import AUDIO_FORMATS
@@ -55,21 +66,59 @@ def speech_body_model() -> Any:
 
         model: str | None = None
         input: str
-        voice: str | None = None
+        # upstream's alias `speaker`; OpenAI's voice object {"id": ...} and upstream's "default" (no voice in
+        # particular) are read by _voice_forms below.
+        voice: str | None = Field(default=None, validation_alias=AliasChoices("voice", "speaker"))
         instructions: str | None = None
         language: str | None = None
         task_type: Literal["CustomVoice", "VoiceDesign", "Base"] | None = None
         response_format: Literal[(*AUDIO_FORMATS, "codec")] = "mp3"  # OpenAI's default
         speed: float = 1.0
-        stream_format: Literal["audio", "sse"] = "audio"
-        edge_hardware: str | None = None
+        # None: `stream` decides (upstream: true alone means server-sent events); "audio": the bytes as decoded.
+        stream_format: Literal["audio", "sse"] | None = None
         stream: bool = False
-        frames_per_message: int = Field(default=4, ge=1, le=256)
+        edge_hardware: str | None = None
+        frames_per_message: int = Field(default=4, ge=1, le=MAX_FRAMES_PER_MESSAGE)
+        # Upstream's: the talker's steps (1-4096), the first chunk's frames (0: the server's choice, one frame),
+        # sampling keys, word timing (needs an aligner model this server does not have: refused when true).
+        max_new_tokens: int | None = Field(default=None, ge=1, le=MAX_NEW_TOKENS)
+        initial_codec_chunk_frames: int | None = Field(default=None, ge=0, le=MAX_FRAMES_PER_MESSAGE)
+        extra_params: dict[str, Any] | None = None
+        word_timestamps: bool = False
         # Voice cloning (Base checkpoints); `voice` may also name an uploaded voice (/v1/audio/voices).
-        ref_audio: str | None = None  # base64, or a data URL (data:audio/wav;base64,...)
+        ref_audio: str | None = None  # a data:, http(s):// or file:// URL, or bare base64
         ref_text: str | None = None
         x_vector_only_mode: bool = False
         speaker_embedding: list[float] | None = None
+
+        @model_validator(mode="before")
+        @classmethod
+        def _voice_forms(cls, data: Any) -> Any:
+            if not isinstance(data, dict):
+                return data
+            key = "voice" if "voice" in data else "speaker"
+            voice = data.get(key)
+            if isinstance(voice, dict):  # OpenAI's custom-voice object
+                if not isinstance(voice.get("id"), str):
+                    raise ValueError('a voice object needs a string "id" (the voice\'s name)')
+                data = {**data, key: voice["id"]}
+            elif isinstance(voice, str) and voice.strip().lower() == PLACEHOLDER_VOICE:
+                data = {**data, key: None}
+            return data
+
+        @property
+        def sse(self) -> bool:
+            """Server-sent events: ``stream_format`` ``sse``, or ``stream`` true without a ``stream_format``."""
+            return self.stream_format == "sse" or (self.stream and self.stream_format is None)
+
+        @property
+        def streamed(self) -> bool:
+            """The body sent as it is decoded (``stream`` or ``stream_format`` ``audio``), not whole at the end."""
+            return self.stream or self.stream_format is not None
+
+        @property
+        def first_frames(self) -> int:
+            return self.initial_codec_chunk_frames or 1
 
     hints = typing.get_type_hints(SpeechRequest)
     generator = {
@@ -132,8 +181,18 @@ def check_body(body: Any, limits: SpeechLimits, served_models: tuple[str, ...], 
         check_text(name, getattr(body, name), MAX_NAME_CHARS)
     if body.model is not None and body.model not in served_models:
         raise SpeechApiError(404, f"model {body.model!r} is not served here; served: {', '.join(served_models)}")
-    if body.task_type is not None and TASK_TYPES[body.task_type] != tts_model_type:
-        raise SpeechApiError(400, f"task_type {body.task_type} does not match the served model ({tts_model_type})")
+    task_type = body.task_type or ("Base" if body.ref_audio or body.ref_text else None)  # upstream infers Base
+    if task_type is not None and TASK_TYPES[task_type] != tts_model_type:
+        inferred = "" if body.task_type else " (inferred from ref_audio/ref_text)"
+        raise SpeechApiError(400, f"task_type {task_type}{inferred} does not match the served model ({tts_model_type})")
+    if body.word_timestamps:
+        raise SpeechApiError(
+            400,
+            "word_timestamps needs a forced-aligner model (upstream's --forced-aligner), which this server does not "
+            "run: drop word_timestamps",
+        )
+    if body.max_new_tokens is not None and body.max_frames is not None:
+        raise SpeechApiError(400, "give max_new_tokens (talker steps, upstream's) or max_frames (frames), not both")
     try:
         check_speed(body.speed)
     except AudioFormatError as error:
@@ -151,16 +210,71 @@ def check_body(body: Any, limits: SpeechLimits, served_models: tuple[str, ...], 
             )
 
 
-def decode_audio_field(value: str, name: str = "ref_audio") -> bytes:
-    """The bytes of an audio file sent as base64 or as a ``data:`` URL; remote URLs are not fetched."""
+def speech_body(model: Any, data: Any, limits: SpeechLimits, served_models: tuple[str, ...], config: Any) -> Any:
+    """``data`` (parsed JSON) as a body of ``model`` (:func:`speech_body_model`), checked (:func:`check_body`) and
+    with upstream's meaning (:func:`with_upstream_meaning`) for the checkpoint ``config``; a
+    :class:`SpeechApiError` otherwise."""
+    from pydantic import ValidationError
+
+    if not isinstance(data, dict):
+        raise SpeechApiError(400, f"a speech request is one JSON object, got {type(data).__name__}")
+    try:
+        body = model.model_validate(data)
+    except ValidationError as error:
+        raise SpeechApiError(400, validation_message(error)) from None
+    check_body(body, limits, served_models, config.tts_model_type)
+    return with_upstream_meaning(body, config.tts_model_type, config.supported_speakers)
+
+
+def with_upstream_meaning(body: Any, model_type: str, speakers: list[str]) -> Any:
+    """``body`` (checked by :func:`check_body`) with upstream vLLM-Omni's fields given upstream's meaning:
+    ``extra_params`` applied (its sampling keys only), ``max_new_tokens`` (talker steps, N steps make N - 1
+    frames) as ``max_frames``, and the voice a checkpoint ignores dropped (upstream's clients always send one):
+    VoiceDesign has none (the instruction describes it), Base takes reference audio or an embedding before a
+    name; CustomVoice without a voice speaks :data:`DEFAULT_SPEAKER` (or the checkpoint's first speaker)."""
+    updates: dict[str, Any] = {}
+    for key, value in (body.extra_params or {}).items():
+        if key not in EXTRA_PARAMS:
+            allowed = ", ".join(EXTRA_PARAMS)
+            raise SpeechApiError(400, f"extra_params.{key} is not taken here; extra_params may set {allowed}")
+        if getattr(body, key) is not None and getattr(body, key) != value:
+            raise SpeechApiError(400, f"{key} is given twice with different values (the body and extra_params)")
+        updates[key] = value
+    if body.max_new_tokens is not None:
+        updates["max_frames"] = max(1, body.max_new_tokens - 1)
+    voice = body.voice
+    if model_type == "voice_design" or (model_type == "base" and (body.ref_audio or body.speaker_embedding)):
+        voice = None
+    elif model_type == "custom_voice" and voice is None and speakers:
+        voice = DEFAULT_SPEAKER if DEFAULT_SPEAKER in [s.lower() for s in speakers] else speakers[0]
+    updates["voice"] = voice
+    if not updates:
+        return body
+    from pydantic import ValidationError
+
+    try:  # validated again: extra_params' values are checked as the fields they set
+        return type(body).model_validate({**body.model_dump(), **updates, "extra_params": None})
+    except ValidationError as error:
+        message = validation_message(error).replace("invalid speech request: ", "extra_params: ")
+        raise SpeechApiError(400, message) from None
+
+
+class ReferenceUrl(str):
+    """A ``ref_audio`` that names where the audio is (``http(s)://`` or ``file://``): the server fetches it under
+    its media rules (:mod:`..generation.reference_fetch`) before the voice is made."""
+
+
+def decode_audio_field(value: str, name: str = "ref_audio") -> bytes | ReferenceUrl:
+    """The bytes of an audio file sent as base64 or as a ``data:`` URL, or the :class:`ReferenceUrl` to fetch."""
     import base64
     import binascii
 
     text = value.strip()
-    if "://" in text[:16] or text.startswith("file:"):
-        raise SpeechApiError(
-            400, f"{name}: this server does not fetch URLs (no allow-list); send the audio as base64 or a data: URL"
-        )
+    scheme = text[:16].partition("://")[0].lower() if "://" in text[:16] else ""
+    if scheme in ("http", "https", "file"):
+        return ReferenceUrl(text)
+    if scheme:
+        raise SpeechApiError(400, f"{name}: {scheme}:// is not fetched; send an http(s)://, file:// or data: URL")
     if text.startswith("data:"):
         header, _, text = text.partition(",")
         if not header.endswith(";base64"):
@@ -168,17 +282,18 @@ def decode_audio_field(value: str, name: str = "ref_audio") -> bytes:
     try:  # line breaks and spaces (the base64 command wraps at 76 columns) are not data
         data = base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError):
-        raise SpeechApiError(400, f"{name} is not base64 (nor a base64 data: URL)") from None
+        raise SpeechApiError(400, f"{name} is not base64 (nor a data:, http(s):// or file:// URL)") from None
     if not data:
         raise SpeechApiError(400, f"{name} is empty")
     return data
 
 
 def to_speech_request(body: Any, voices: Any = None) -> Any:
-    """A validated body (of :func:`speech_body_model`) as the generator's ``SpeechRequest``. Where there are
-    uploaded voices (``voices``, a :class:`~..voices.voice_store.VoiceStore`: Base checkpoints, which have no preset
-    speakers), ``voice`` names one: the request carries the name as ``uploaded_voice``, and the server reads
-    the voice off its event loop (:meth:`..server.edge_state.EdgeServingState.resolve_voice`); nothing is read here."""
+    """A validated body (of :func:`speech_body_model`, after :func:`with_upstream_meaning`) as the generator's
+    ``SpeechRequest``. Where there are uploaded voices (``voices``, a :class:`~..voices.voice_store.VoiceStore`:
+    Base checkpoints, which have no preset speakers), ``voice`` names one: the request carries the name as
+    ``uploaded_voice``, and the server reads the voice off its event loop
+    (:meth:`..server.edge_state.EdgeServingState.resolve_voice`); nothing is read or fetched here."""
     from ..generation.speech import SpeechRequest
 
     generator = {name: getattr(body, name) for name in GENERATOR_FIELDS}

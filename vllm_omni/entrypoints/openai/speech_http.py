@@ -4,8 +4,8 @@ leaves, conditional GETs, OpenAI's error body."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
 from .speech_api import SpeechApiError
 
@@ -13,6 +13,7 @@ from .speech_api import SpeechApiError
 # than a connection reset mid-upload; past it the connection is cut.
 DRAIN_BYTES = 64 << 20
 BODY_SECONDS = 60.0
+T = TypeVar("T")
 
 
 async def read_body(request: Any, limit: int) -> bytes:
@@ -51,22 +52,31 @@ async def collect_unless_disconnected(request: Any, body: AsyncIterator[bytes]) 
     async def collect() -> bytes:
         return b"".join([chunk async for chunk in body])
 
+    done, result = await until_disconnected(request, collect())
+    if not done:
+        await body.aclose()
+    return result
+
+
+async def until_disconnected(request: Any, work: Awaitable[T]) -> tuple[bool, T | None]:
+    """``(True, work's result)``, or ``(False, None)`` as soon as the client disconnects: ``work`` is cancelled
+    then (its engine requests are aborted). Raises what ``work`` raises."""
+
     async def disconnected() -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
 
-    work, watch = asyncio.create_task(collect()), asyncio.create_task(disconnected())
+    task, watch = asyncio.ensure_future(work), asyncio.create_task(disconnected())
     try:
-        done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (work, watch):
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(work, watch, return_exceptions=True)
-    if work in done:
-        return work.result()
-    await body.aclose()
-    return None
+        for running in (task, watch):
+            if not running.done():
+                running.cancel()
+        await asyncio.gather(task, watch, return_exceptions=True)
+    if task in done:
+        return True, task.result()
+    return False, None
 
 
 def not_modified(request: Any, etag: str) -> bool:

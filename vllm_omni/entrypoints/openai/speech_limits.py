@@ -28,6 +28,7 @@ class SpeechLimits:
     max_voices: int = 256  # uploaded voices kept (Base checkpoints)
     max_voice_bytes: int = 64 << 20  # their files together
     max_sockets: int = 0  # open speech WebSocket sessions per API server process; 0: the engine's max_num_seqs
+    max_batch_items: int = 32  # items of one POST /v1/audio/speech/batch (upstream's default)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -58,6 +59,7 @@ _FLAGS = {
     "max-voices": ("max_voices", int, "uploaded voices kept on disk (Base checkpoints)"),
     "max-voice-bytes": ("max_voice_bytes", int, "bytes of all uploaded voices' files together"),
     "max-sockets": ("max_sockets", int, "open speech WebSocket sessions per API server process (0: max_num_seqs)"),
+    "max-batch-items": ("max_batch_items", int, "items of one POST /v1/audio/speech/batch"),
 }
 
 

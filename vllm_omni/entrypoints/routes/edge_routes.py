@@ -42,19 +42,28 @@ from ..openai.speech_api import (
     CODEC_MEDIA_TYPE,
     SSE_MEDIA_TYPE,
     SpeechApiError,
-    check_body,
     parse_json,
+    speech_body,
     speech_body_model,
     to_speech_request,
-    validation_message,
 )
 from ..openai.speech_http import collect_unless_disconnected, error_response, not_modified, read_body
 from ..server.edge_state import EdgeServingState, load_edge_state
 from ..server.server_logs import quiet_known_noise
-from ..server.speech_streams import audio_stream, codec_stream, public_error, sse_events, streamed
+from ..server.speech_streams import (
+    audio_stream,
+    codec_stream,
+    public_error,
+    sse_events,
+    streamed,
+    usage,
+    usage_headers,
+    whole_file,
+)
 from ..voices.voice_store import VoiceStoreError
 from ..websocket.socket_auth import CODEC_SUBPROTOCOL
 from ..websocket.speech_socket import CLOSE_TRY_AGAIN_LATER, SpeechSocket
+from .speech_batch import speech_batch_route
 from .voice_uploads import save_voice
 
 # vLLM's text routes (prefixes): a talker makes codec frames, so each answers 404 saying what to use.
@@ -73,12 +82,11 @@ TEXT_ROUTES = (
 def build_router():
     from fastapi import APIRouter, Request, WebSocket
     from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
-    from pydantic import ValidationError
 
-    from ..openai.speech_audio import AUDIO_FORMATS, wav_header
+    from ..openai.speech_audio import AUDIO_FORMATS
 
     router = APIRouter()
-    speech_body = speech_body_model()
+    speech_model = speech_body_model()
 
     def state(request: Request) -> EdgeServingState:
         edge = getattr(request.app.state, "omni_edge", None)
@@ -125,42 +133,39 @@ def build_router():
 
     @router.get("/v1/audio/voices")
     async def voices(request: Request):
-        return JSONResponse({"voices": await state(request).voices()})
+        return JSONResponse(await state(request).voices())
 
     @router.post("/v1/audio/voices")
     async def upload_voice(request: Request):
         stored = await save_voice(request, state(request))
-        return JSONResponse(stored.describe(), status_code=201)
+        return JSONResponse({"success": True, "voice": stored.describe()})
 
     @router.delete("/v1/audio/voices/{name}")
     async def delete_voice(request: Request, name: str):
         edge = state(request)
         await edge.voice_files(edge.uploads().delete, name)
-        return JSONResponse({"deleted": name})
+        return JSONResponse({"success": True, "message": f"Voice '{name}' deleted successfully"})
 
     @router.post("/v1/audio/speech")
     async def speech(request: Request):
         edge = state(request)
         request_id = f"speech-{uuid.uuid4().hex}"
         data = parse_json(await read_body(request, edge.limits.max_body_bytes))
-        try:
-            body = speech_body.model_validate(data)
-        except ValidationError as error:
-            raise SpeechApiError(400, validation_message(error)) from None
-        check_body(body, edge.limits, edge.served_models, edge.generator.config.tts_model_type)
+        body = speech_body(speech_model, data, edge.limits, edge.served_models, edge.generator.config)
         plan = edge.plan(body.edge_hardware) if body.response_format == "codec" else None
         prepared = await edge.prepare(to_speech_request(body, edge.voice_store), request_id)  # tokenized off the loop
         fmt = body.response_format
         if plan is not None:
-            stream = codec_stream(edge, plan, prepared, request_id, body.frames_per_message)
+            stream = codec_stream(edge, plan, prepared, request_id, body.frames_per_message, body.first_frames)
             return StreamingResponse(stream, media_type=CODEC_MEDIA_TYPE, headers={"X-Plan-Id": plan.plan_id})
         sample_rate = edge.plans.server_decoder.codec.sample_rate
         headers = {"X-Sample-Rate": str(sample_rate)}
-        if body.stream_format == "sse":
-            events = sse_events(edge, prepared, request_id, fmt, body.speed)
+        if body.sse:
+            events = sse_events(edge, prepared, request_id, fmt, body.speed, body.first_frames)
             return StreamingResponse(events, media_type=SSE_MEDIA_TYPE, headers=headers)
-        audio = audio_stream(edge, prepared, request_id, fmt, body.speed)
-        if body.stream:
+        counts: dict[str, int] = {}
+        audio = audio_stream(edge, prepared, request_id, fmt, body.speed, counts, body.first_frames)
+        if body.streamed:
             return StreamingResponse(streamed(audio), media_type=AUDIO_FORMATS[fmt], headers=headers)
         try:
             data = await collect_unless_disconnected(request, audio)
@@ -168,9 +173,10 @@ def build_router():
             return error_response(500, public_error(error))
         if data is None:  # the client left: nothing to answer, and the engine request is aborted
             return Response(status_code=499)
-        if fmt == "wav":  # the whole body is known: a header with its true length
-            data = wav_header(len(data) - 44, sample_rate) + data[44:]
-        return Response(data, media_type=AUDIO_FORMATS[fmt], headers=headers)
+        headers |= usage_headers(usage(prepared, counts["frames"]))
+        return Response(whole_file(data, fmt, sample_rate), media_type=AUDIO_FORMATS[fmt], headers=headers)
+
+    router.add_api_route("/v1/audio/speech/batch", speech_batch_route(state, speech_model), methods=["POST"])
 
     @router.websocket("/v1/audio/speech/stream")
     async def speech_socket(socket: WebSocket):
@@ -189,7 +195,7 @@ def build_router():
         if edge is not None:
             edge.open_sockets += 1
         try:
-            await SpeechSocket(edge, socket, speech_body).run()
+            await SpeechSocket(edge, socket, speech_model).run()
         finally:
             if edge is not None:
                 edge.open_sockets -= 1

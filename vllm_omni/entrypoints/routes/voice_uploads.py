@@ -8,23 +8,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..openai.speech_api import SpeechApiError, check_text, decode_audio_field, parse_json
+from ..openai.speech_api import ReferenceUrl, SpeechApiError, check_text, decode_audio_field, parse_json
 from ..openai.speech_http import read_body
 from ..server.edge_state import EdgeServingState
 from ..voices.voice_store import StoredVoice, check_name
 
 
 async def save_voice(request: Any, edge: EdgeServingState) -> StoredVoice:
-    """``POST /v1/audio/voices``: the upload (JSON or multipart) checked, encoded on the voice pool, stored.
+    """``POST /v1/audio/voices``: the upload (multipart as upstream vLLM-Omni's clients send it, or JSON) checked,
+    encoded on the voice pool, stored (replacing a voice of that name).
 
-    Fields: ``name``; ``audio`` (JSON: base64 or a data URL; multipart: a file); ``ref_text`` (in-context
-    cloning) or ``x_vector_only_mode``; ``consent`` (required: who agreed to have this voice cloned).
+    Fields: ``name``; ``audio_sample`` (upstream's name; ours: ``audio``; multipart: a file, JSON: base64 or a
+    data URL) or ``speaker_embedding`` (a JSON list of the talker's hidden size: an x-vector voice); ``ref_text``
+    (in-context cloning; without it the voice is x-vector only, as upstream's) or ``x_vector_only_mode``;
+    ``speaker_description`` (kept, listed); ``consent`` (required: who agreed to have this voice cloned).
     """
     from ..generation.speech import SpeechRequest  # needs transformers (the serving venv): imported when used
 
     store = edge.uploads()
     limit = edge.limits.max_body_bytes
     kind = request.headers.get("content-type", "")
+    mime_type = None
     if kind.startswith("multipart/form-data"):
         declared = request.headers.get("content-length")
         if declared is None or not declared.isdigit() or int(declared) > limit:
@@ -35,20 +39,31 @@ async def save_voice(request: Any, edge: EdgeServingState) -> StoredVoice:
             raise SpeechApiError(400, f"the multipart body does not parse: {getattr(error, 'detail', error)}") from None
         try:
             fields = dict(form.items())
-            upload = fields.get("audio")
+            upload = fields.get("audio_sample", fields.get("audio"))
             audio = await upload.read() if hasattr(upload, "read") else None
+            mime_type = getattr(upload, "content_type", None)
             if isinstance(upload, str):
-                audio = decode_audio_field(upload, "audio")
+                audio = decode_audio_field(upload, "audio_sample")
         finally:
             await form.close()
     else:
         fields = parse_json(await read_body(request, limit))
         if not isinstance(fields, dict):
-            raise SpeechApiError(400, "a voice upload is one JSON object: name, audio, ref_text, consent")
-        audio = decode_audio_field(fields["audio"], "audio") if isinstance(fields.get("audio"), str) else None
+            raise SpeechApiError(400, "a voice upload is one JSON object: name, audio_sample, ref_text, consent")
+        given = fields.get("audio_sample", fields.get("audio"))
+        audio = decode_audio_field(given, "audio_sample") if isinstance(given, str) else None
+    if isinstance(audio, ReferenceUrl):
+        audio = await edge.fetch_reference(audio)
     name = check_name(fields.get("name"))
-    if not audio:
-        raise SpeechApiError(400, "audio is required: the reference recording (a WAV, FLAC, MP3 or OGG file)")
+    embedding = fields.get("speaker_embedding")
+    if isinstance(embedding, str):
+        embedding = parse_json(embedding, "speaker_embedding")
+    if (audio is None) == (embedding is None):
+        raise SpeechApiError(
+            400,
+            "give one of audio_sample (the reference recording: a WAV, FLAC, MP3 or OGG file) or speaker_embedding "
+            "(a JSON list of numbers)",
+        )
     consent = fields.get("consent")
     if not isinstance(consent, str) or not consent.strip():
         raise SpeechApiError(
@@ -59,10 +74,34 @@ async def save_voice(request: Any, edge: EdgeServingState) -> StoredVoice:
     if ref_text is not None and not isinstance(ref_text, str):
         raise SpeechApiError(400, "ref_text must be a string, the transcript of the audio")
     check_text("ref_text", ref_text, edge.limits.max_input_chars, "speech-max-input-chars")
-    x_vector_only = str(fields.get("x_vector_only_mode", "false")).lower() in ("true", "1")
+    description = fields.get("speaker_description") or None
+    if description is not None and not isinstance(description, str):
+        raise SpeechApiError(400, "speaker_description must be a string")
+    check_text("speaker_description", description, 1024)
+    x_vector_only = ref_text is None or str(fields.get("x_vector_only_mode", "false")).lower() in ("true", "1")
+    details = {"speaker_description": description, "embedding_source": "audio" if audio else "direct"}
+    if audio:
+        details |= {"file_size": len(audio), "mime_type": mime_type or sniff_mime_type(audio)}
     await edge.voice_files(store.check_room, name)  # before the encoding's CPU time
-    request_voice = SpeechRequest(text="Hello.", ref_audio=audio, ref_text=ref_text, x_vector_only_mode=x_vector_only)
+    if embedding is not None:
+        request_voice = SpeechRequest(text="Hello.", speaker_embedding=embedding)
+    else:
+        cloned = {"ref_audio": audio, "ref_text": ref_text, "x_vector_only_mode": x_vector_only}
+        request_voice = SpeechRequest(text="Hello.", **cloned)
     voice = await edge.encode_voice(request_voice)
     # A voice must leave room for text: its prompt is built once here, as a request would build it.
     await edge.prepare(SpeechRequest(text="Hello.", voice=voice), f"voice-check-{name}")
-    return await edge.voice_files(store.save, name, voice, consent.strip())
+    return await edge.voice_files(store.save, name, voice, consent.strip(), details)
+
+
+def sniff_mime_type(audio: bytes) -> str:
+    """The media type of an audio file sent without one (JSON uploads), from its first bytes."""
+    if audio[:4] == b"RIFF":
+        return "audio/wav"
+    if audio[:4] == b"fLaC":
+        return "audio/flac"
+    if audio[:4] == b"OggS":
+        return "audio/ogg"
+    if audio[:3] == b"ID3" or audio[:2] in (b"\xff\xfb", b"\xff\xf3", b"\xff\xf2"):
+        return "audio/mpeg"
+    return "application/octet-stream"

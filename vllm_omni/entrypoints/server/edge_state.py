@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..openai.speech_api import PLACEHOLDER_VOICE
 from ..openai.speech_limits import SpeechLimits, allowed_origins
 
 if TYPE_CHECKING:  # imported where used (load_edge_state): the generator's module needs transformers and vLLM
+    from ..generation.reference_fetch import MediaRules
     from ..generation.speech import AsyncCodecFrameGenerator
     from ..plans.edge_plans import ServedPlans
     from ..voices.voice_store import VoiceStore
@@ -49,6 +51,7 @@ class EdgeServingState:
     voice_pool: ThreadPoolExecutor | None = None
     voice_file_pool: ThreadPoolExecutor | None = None
     allowed_origins: tuple[str, ...] = ()  # --speech-allowed-origins, besides the server's own
+    media_rules: MediaRules | None = None  # where ref_audio URLs may be fetched from (the engine's media settings)
     max_sockets: int = 1  # open speech WebSocket sessions at most (limits.max_sockets or max_num_seqs)
     open_sockets: int = 0
 
@@ -107,13 +110,24 @@ class EdgeServingState:
         return await asyncio.get_running_loop().run_in_executor(self.voice_file_pool, work, *args)
 
     async def resolve_voice(self, request: Any) -> Any:
-        """``request`` with its cloned voice made (an uploaded one read, off the loop), or as it is."""
+        """``request`` with its cloned voice made (an uploaded one read, a reference URL fetched, off the loop), or
+        as it is."""
+        from ..openai.speech_api import ReferenceUrl
+
+        if isinstance(request.ref_audio, ReferenceUrl):
+            request = dataclasses.replace(request, ref_audio=await self.fetch_reference(request.ref_audio))
         if request.uploaded_voice is not None:
             request = await self.uploaded_voice(request)
         if request.ref_audio is None and request.speaker_embedding is None:
             return request
         voice = await self.encode_voice(request)
         return dataclasses.replace(request, voice=voice, ref_audio=None, speaker_embedding=None, ref_text=None)
+
+    async def fetch_reference(self, url: str) -> bytes:
+        """The reference audio at ``url`` under the engine's media rules (:mod:`..generation.reference_fetch`)."""
+        from ..generation.reference_fetch import MediaRules, fetch_reference
+
+        return await fetch_reference(url, self.media_rules or MediaRules(self.limits.max_body_bytes))
 
     async def uploaded_voice(self, request: Any) -> Any:
         """``request`` with the uploaded voice it names read from the store as it is now (the file may have been
@@ -139,14 +153,21 @@ class EdgeServingState:
         """``work(*args)`` on the decode pool: at most ``limits.decode_threads`` run at once."""
         return await asyncio.get_running_loop().run_in_executor(self.decode_pool, work, *args)
 
-    async def voices(self) -> list[dict[str, Any]]:
-        """The checkpoint's built-in speakers (a VoiceDesign or Base checkpoint has none), then uploaded voices."""
+    async def voices(self) -> dict[str, Any]:
+        """``GET /v1/audio/voices`` as upstream vLLM-Omni answers it: ``voices``, every name a request may give
+        (the checkpoint's speakers, uploaded voices and ``"default"``), sorted; ``uploaded_voices``, each
+        described (:meth:`..voices.voice_store.StoredVoice.describe`); and ours, ``speakers``: the built-in
+        speakers with their dialects (none for VoiceDesign and Base)."""
         config = self.generator.config
         dialects = config.talker_config.spk_is_dialect
         builtin = [] if config.tts_model_type in ("voice_design", "base") else config.supported_speakers
-        rows = [{"name": name, "type": "builtin", "dialect": dialects.get(name.lower()) or None} for name in builtin]
         uploaded = await self.voice_files(self.voice_store.list) if self.voice_store is not None else []
-        return rows + [stored.describe() for stored in uploaded]
+        names = sorted({*builtin, *(stored.name for stored in uploaded), PLACEHOLDER_VOICE})
+        return {
+            "voices": names,
+            "uploaded_voices": [stored.describe() for stored in uploaded],
+            "speakers": [{"name": name, "dialect": dialects.get(name.lower()) or None} for name in builtin],
+        }
 
 
 def served_model_names(args: Any) -> tuple[str, ...]:
@@ -162,6 +183,7 @@ async def load_edge_state(engine_client: Any, args: Any) -> EdgeServingState:
     from vllm_omni.edge.plan.model import PLAN_NAME
     from vllm_omni.edge.runtime import open_decoder
 
+    from ..generation.reference_fetch import MediaRules
     from ..generation.speech import AsyncCodecFrameGenerator
     from ..plans.edge_plans import load_served_plans
 
@@ -174,6 +196,7 @@ async def load_edge_state(engine_client: Any, args: Any) -> EdgeServingState:
     limits = SpeechLimits.from_args(args)
     state = EdgeServingState(plans, plan_bytes, generator, limits, served_model_names(args), warm)
     state.allowed_origins = allowed_origins(args)
+    state.media_rules = MediaRules.for_engine(engine_client.vllm_config.model_config, limits.max_body_bytes)
     state.max_sockets = limits.max_sockets or engine_client.vllm_config.scheduler_config.max_num_seqs
     if generator.config.tts_model_type == "base":
         from ..voices.voice_store import VoiceStore

@@ -26,16 +26,17 @@ logger = logging.getLogger("vllm.omni.speech")  # under vLLM's logger: its handl
 
 
 async def frame_batches(
-    frames: AsyncIterator[np.ndarray], per_message: int, flush_after_s: float | None = None
+    frames: AsyncIterator[np.ndarray], per_message: int, flush_after_s: float | None = None, first: int = 1
 ) -> AsyncIterator[np.ndarray]:
-    """``frames`` (arrays of new frames, as the engine makes them) regrouped for the wire: the first frame
-    leaves alone at once (first audio waits for nothing), then ``per_message`` frames at a time; the
-    remainder leaves when the utterance ends, or (``flush_after_s``) when no frame came for that long: a talker
-    held for text sends what it has made instead of keeping it until the text comes."""
+    """``frames`` (arrays of new frames, as the engine makes them) regrouped for the wire: the first ``first``
+    frames leave together as soon as they are made (one by default: first audio waits for nothing; upstream's
+    ``initial_codec_chunk_frames``), then ``per_message`` frames at a time; the remainder leaves when the
+    utterance ends, or (``flush_after_s``) when no frame came for that long: a talker held for text sends what it
+    has made instead of keeping it until the text comes."""
     # Closing this closes the engine stream: its request is aborted.
     async with (
         contextlib.aclosing(frames),
-        contextlib.aclosing(_regroup(frames, per_message, flush_after_s)) as batches,
+        contextlib.aclosing(_regroup(frames, per_message, flush_after_s, first)) as batches,
     ):
         async for batch in batches:
             yield batch
@@ -66,24 +67,30 @@ async def _next_or_idle(frames: AsyncIterator[np.ndarray], timeout: float | None
 
 
 async def _regroup(
-    frames: AsyncIterator[np.ndarray], per_message: int, flush_after_s: float | None
+    frames: AsyncIterator[np.ndarray], per_message: int, flush_after_s: float | None, first: int
 ) -> AsyncIterator[np.ndarray]:
     from vllm_omni.edge.stream import message_batches
 
     pending: list[np.ndarray] = []
     held = 0
-    first = True
+    first_left = first  # frames the first message still waits for
     async with contextlib.aclosing(_next_or_idle(frames, flush_after_s)) as items:
         async for new in items:
             if new is None:  # idle: what is held leaves now
                 if held:
                     yield np.concatenate(pending)
                     pending, held = [], 0
+                    first_left = 0
                 continue
-            if first and len(new):
-                first = False
-                yield new[:1]
-                new = new[1:]
+            if first_left and len(new):
+                pending.append(new[:first_left])
+                held += len(pending[-1])
+                new = new[first_left:]
+                first_left -= len(pending[-1])
+                if first_left:
+                    continue
+                yield np.concatenate(pending)
+                pending, held = [], 0
             if len(new):
                 pending.append(new)
                 held += len(new)
@@ -99,16 +106,18 @@ async def _regroup(
 
 
 async def codec_stream(
-    edge: EdgeServingState, plan: ExecPlan, prepared: Any, request_id: str, per_message: int
+    edge: EdgeServingState, plan: ExecPlan, prepared: Any, request_id: str, per_message: int, first: int = 1
 ) -> AsyncIterator[bytes]:
-    """The wire protocol as an HTTP body: magic, start, frames messages as the talker makes frames, done."""
+    """The wire protocol as an HTTP body: magic, start, frames messages as the talker makes frames (the first
+    ``first`` together), done."""
     from vllm_omni.edge.stream import KIND_BINARY, KIND_JSON, RECORDING_MAGIC, StreamStart, record
     from vllm_omni.edge.stream.encoder import CodecStreamEncoder
 
     encoder = CodecStreamEncoder(StreamStart.for_plan(plan, stream_id=request_id))
     yield RECORDING_MAGIC + record(KIND_JSON, encoder.start())
+    made = edge.generator.stream_prepared(prepared, request_id)
     try:
-        async for frames in frame_batches(edge.generator.stream_prepared(prepared, request_id), per_message):
+        async for frames in frame_batches(made, per_message, first=first):
             yield record(KIND_BINARY, encoder.frames(frames))
     except Exception as error:  # the stream says what went wrong; the client keeps the audio so far
         yield record(KIND_JSON, encoder.done(reason="error", error=public_error(error)))
@@ -119,12 +128,18 @@ async def codec_stream(
 
 
 async def audio_stream(
-    edge: EdgeServingState, prepared: Any, request_id: str, fmt: str, speed: float, counts: dict[str, int] | None = None
+    edge: EdgeServingState,
+    prepared: Any,
+    request_id: str,
+    fmt: str,
+    speed: float,
+    counts: dict[str, int] | None = None,
+    first: int = 1,
 ) -> AsyncIterator[bytes]:
     """The utterance in ``fmt`` (:mod:`..openai.speech_audio`), decoded on the server with the exact stateful
-    decoder as frames arrive and encoded chunk by chunk, all on the decode pool; empty chunks are not
-    yielded. ``counts["frames"]`` (when given) counts the frames decoded. Raises what the engine or the
-    decoder raised (callers answer with :func:`public_error`)."""
+    decoder as frames arrive (the first ``first`` frames together) and encoded chunk by chunk, all on the decode
+    pool; empty chunks are not yielded. ``counts["frames"]`` (when given) counts the frames decoded. Raises what
+    the engine or the decoder raised (callers answer with :func:`public_error`)."""
     from vllm_omni.edge.audio import float_to_pcm16
     from vllm_omni.edge.runtime import open_decoder
 
@@ -145,13 +160,25 @@ async def audio_stream(
 
     counts = counts if counts is not None else {}
     counts.setdefault("frames", 0)
-    async with contextlib.aclosing(edge.generator.stream_prepared(prepared, request_id)) as frames:
+    frames = edge.generator.stream_prepared(prepared, request_id)
+    if first > 1:
+        frames = frame_batches(frames, 1, first=first)
+    async with contextlib.aclosing(frames) as frames:
         async for new in frames:
             counts["frames"] += len(new)
             if data := await edge.decode(step, new):
                 yield data
     if data := await edge.decode(step, None):
         yield data
+
+
+def whole_file(data: bytes, fmt: str, sample_rate: int) -> bytes:
+    """The body of a response sent whole: a WAV's header then carries its true length."""
+    from ..openai.speech_audio import wav_header
+
+    if fmt == "wav":
+        return wav_header(len(data) - 44, sample_rate) + data[44:]
+    return data
 
 
 async def streamed(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -166,26 +193,52 @@ async def streamed(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         await body.aclose()
 
 
+def usage(prepared: Any, frames: int) -> dict[str, Any]:
+    """Upstream vLLM-Omni's usage of one utterance: text and instruction tokens plus in-context reference frames
+    in, codec frames out."""
+    tokens_in = prepared.text_tokens + prepared.audio_tokens
+    return {
+        "input_tokens": tokens_in,
+        "output_tokens": frames,
+        "total_tokens": tokens_in + frames,
+        "input_token_details": {"text_tokens": prepared.text_tokens, "audio_tokens": prepared.audio_tokens},
+    }
+
+
+def usage_headers(usage: dict[str, Any]) -> dict[str, str]:
+    """``usage`` as upstream's ``X-VLLM-OMNI-*-TOKENS`` response headers."""
+    details = usage["input_token_details"]
+    counts = {
+        "INPUT": usage["input_tokens"],
+        "OUTPUT": usage["output_tokens"],
+        "TOTAL": usage["total_tokens"],
+        "INPUT-TEXT": details["text_tokens"],
+        "INPUT-AUDIO": details["audio_tokens"],
+    }
+    return {f"X-VLLM-OMNI-{name}-TOKENS": str(value) for name, value in counts.items()}
+
+
 async def sse_events(
-    edge: EdgeServingState, prepared: Any, request_id: str, fmt: str, speed: float
+    edge: EdgeServingState, prepared: Any, request_id: str, fmt: str, speed: float, first: int = 1
 ) -> AsyncIterator[bytes]:
-    """The audio of :func:`audio_stream` as OpenAI's speech server-sent events: ``speech.audio.delta``
-    (base64 audio) per chunk, then ``speech.audio.done`` with the usage (prompt positions in, codec frames
-    out); a failure ends the stream with an ``error`` event."""
+    """The audio of :func:`audio_stream` as server-sent events, as upstream vLLM-Omni and OpenAI name them:
+    ``speech.audio.delta`` (base64 audio and its ``response_format``) per chunk, then ``speech.audio.done`` with
+    the :func:`usage`; a failure ends the stream with ``speech.audio.error`` (OpenAI's error object)."""
     counts: dict[str, int] = {}
     try:
-        async for chunk in audio_stream(edge, prepared, request_id, fmt, speed, counts):
-            yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode("ascii")})
+        async for chunk in audio_stream(edge, prepared, request_id, fmt, speed, counts, first):
+            audio = base64.b64encode(chunk).decode("ascii")
+            yield _event({"type": "speech.audio.delta", "audio": audio, "response_format": fmt})
     except Exception as error:
-        yield _event({"type": "error", "error": {"message": public_error(error)}})
+        body = {"message": public_error(error), "type": "server_error", "param": None, "code": 500}
+        yield _event({"type": "speech.audio.error", "error": body})
         return
-    tokens_in, tokens_out = len(prepared.prompt_ids), counts["frames"]
-    usage = {"input_tokens": tokens_in, "output_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
-    yield _event({"type": "speech.audio.done", "usage": usage})
+    yield _event({"type": "speech.audio.done", "usage": usage(prepared, counts["frames"])})
 
 
 def _event(payload: dict) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+    data = json.dumps(payload, separators=(",", ":")).encode()
+    return b"event: " + payload["type"].encode() + b"\ndata: " + data + b"\n\n"
 
 
 def public_error(error: BaseException) -> str:

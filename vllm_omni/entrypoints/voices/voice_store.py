@@ -9,10 +9,11 @@ before anything touches the filesystem; the store is bounded in entries and byte
 Every API server process of a server (``--api-server-count``) has its own :class:`VoiceStore` on the one
 directory, which is the only truth:
 
-* a voice is created in one step across processes: its file is written in full under a temporary name,
-  then linked to ``NAME.safetensors`` (``os.link`` fails if the name exists: 409; never a rename, which
-  would replace a voice), and the room check and the write hold an exclusive ``flock`` on ``voices/.lock``,
-  so concurrent uploads, in any process, cannot pass ``--speech-max-voices`` or ``--speech-max-voice-bytes``;
+* a voice is written in one step across processes: its file is written in full under a temporary name,
+  then renamed to ``NAME.safetensors`` (an upload of a name in use replaces that voice, as upstream
+  vLLM-Omni's does: a reader opens the old file or the new one, never a mix), and the room check and the write
+  hold an exclusive ``flock`` on ``voices/.lock``, so concurrent uploads, in any process, cannot pass
+  ``--speech-max-voices`` or ``--speech-max-voice-bytes``;
 * a process keeps the voices it read, each with its file's identity (device, inode, size, mtime from one
   ``stat``), and reads a file again when its identity changes: a voice deleted and uploaded again through
   another process is spoken with its new vectors on the next request;
@@ -36,7 +37,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +62,10 @@ class VoiceStoreError(ValueError):
         self.status = status
 
 
+# What an upload may say of itself besides its vectors (upstream's voice fields), kept in the file's metadata.
+DETAILS = ("mime_type", "file_size", "speaker_description", "embedding_source")
+
+
 @dataclass(frozen=True)
 class StoredVoice:
     name: str
@@ -68,16 +73,30 @@ class StoredVoice:
     created: float
     consent: str
     size_bytes: int
+    details: dict[str, Any] = field(default_factory=dict)  # DETAILS given at upload
 
     def describe(self) -> dict[str, Any]:
-        return {
+        """Upstream vLLM-Omni's description of an uploaded voice (``name``, ``consent``, ``created_at``,
+        ``file_size``, ``mime_type``, ``embedding_source``, ``embedding_dim``, ``ref_text`` and
+        ``speaker_description`` when given), and ours (``mode``, ``reference_frames``, ``created`` in seconds)."""
+        source = self.details.get("embedding_source", "audio")
+        described = {
             "name": self.name,
-            "type": "uploaded",
+            "consent": self.consent,
+            "created_at": int(self.created),
+            "file_size": int(self.details.get("file_size", 0)),
+            "mime_type": str(self.details.get("mime_type", "")),
+            "embedding_source": source,
+            "embedding_dim": len(self.voice.speaker_embedding) if source == "direct" else None,
             "mode": "x_vector" if self.voice.x_vector_only else "in_context",
-            "ref_text": self.voice.reference_text,
             "reference_frames": len(self.voice.reference_codes or ()),
             "created": self.created,
         }
+        if self.voice.reference_text:
+            described["ref_text"] = self.voice.reference_text
+        if self.details.get("speaker_description"):
+            described["speaker_description"] = self.details["speaker_description"]
+        return described
 
 
 @dataclass(frozen=True)
@@ -99,10 +118,6 @@ def check_name(name: Any) -> str:
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise VoiceStoreError(400, "a voice name is 1-64 letters, digits, '_' or '-', starting with a letter or digit")
     return name
-
-
-def _taken(name: str) -> VoiceStoreError:
-    return VoiceStoreError(409, f"a voice named {name!r} exists; DELETE it first or choose another name")
 
 
 class VoiceStore:
@@ -147,12 +162,14 @@ class VoiceStore:
         return [stored for stored in voices if stored is not None]
 
     def check_room(self, name: str, size_bytes: int = 0) -> None:
-        """Raise unless ``name`` is free and one more voice (of ``size_bytes``, once known) fits: 409 or 507.
-        A server checks before encoding (nothing is held then), and :meth:`save` again, under the lock."""
+        """Raise 507 unless the voice ``name`` (of ``size_bytes``, once known) fits, in place of a voice of that
+        name if there is one. A server checks before encoding (nothing is held then), and :meth:`save` again,
+        under the lock."""
         check_name(name)
         files = self._files()
-        if name in files or os.path.lexists(self._path(name)):
-            raise _taken(name)
+        replaced = files.pop(name, None)
+        if replaced is None and os.path.lexists(self._path(name)):
+            raise VoiceStoreError(409, f"{name!r} is taken by a file that is not a voice; DELETE it first")
         used = sum(status.st_size for status in files.values())
         if len(files) + 1 > self.max_voices or used + max(size_bytes, 1) > self.max_bytes:
             raise VoiceStoreError(
@@ -161,17 +178,21 @@ class VoiceStore:
                 f"{self.max_bytes} bytes): DELETE voices no longer used",
             )
 
-    def save(self, name: str, voice: VoiceClonePrompt, consent: str) -> StoredVoice:
-        """Write ``voice`` as ``name``: 409 if the name is taken (by any process, even at the same moment), 507
-        over the limits or unwritable. The room is checked and the file created under the store's lock; the
-        file is written whole under a temporary name, then linked to its own, which fails if that exists."""
+    def save(
+        self, name: str, voice: VoiceClonePrompt, consent: str, details: dict[str, Any] | None = None
+    ) -> StoredVoice:
+        """Write ``voice`` as ``name`` (replacing a voice of that name, in one step), with the upload's ``details``
+        (:data:`DETAILS`): 507 over the limits or unwritable. The room is checked and the file renamed into place
+        under the store's lock; the file is written whole under a temporary name first."""
         from safetensors.numpy import save
 
         check_name(name)
         tensors = {"speaker_embedding": np.asarray(voice.speaker_embedding, dtype=np.float32)}
         if voice.reference_codes is not None:
             tensors["reference_codes"] = np.asarray(voice.reference_codes, dtype=np.int64)
+        kept = {key: value for key, value in (details or {}).items() if key in DETAILS and value is not None}
         metadata = {"name": name, "ref_text": json.dumps(voice.reference_text), "consent": consent}
+        metadata["details"] = json.dumps(kept)
         data = save(tensors, metadata=metadata | {"created": repr(time.time())})
         stored = self._decode(data, name)  # the voice as every process reads it back (float32), not as given
         try:
@@ -284,10 +305,14 @@ class VoiceStore:
             reference_text,
         )
         created, consent = float(metadata.get("created", "0")), str(metadata.get("consent", ""))
-        return StoredVoice(name, voice, created, consent, len(data))
+        details = json.loads(metadata.get("details", "{}"))
+        if not isinstance(details, dict):
+            raise ValueError("its details are not a JSON object")
+        return StoredVoice(name, voice, created, consent, len(data), details)
 
     def _create(self, path: Path, data: bytes) -> os.stat_result:
-        """``path`` created holding ``data`` (0600), in one step: 409 if it exists. Under the store's lock."""
+        """``path`` holding ``data`` (0600), in one step: a voice there before is replaced whole. Under the store's
+        lock."""
         handle, temporary = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=self.directory)
         try:
             with open(handle, "wb") as file:
@@ -298,10 +323,7 @@ class VoiceStore:
                 os.utime(handle, ns=(now, now))
                 os.fsync(handle)
                 status = os.fstat(handle)
-            try:
-                os.link(temporary, path)  # never os.replace: that would overwrite a voice of this name
-            except FileExistsError:
-                raise _taken(path.name.removesuffix(SUFFIX)) from None
+            os.replace(temporary, path)  # atomic: a reader opens the old voice or the new one
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary)

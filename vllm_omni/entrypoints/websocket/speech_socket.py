@@ -12,14 +12,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..openai.speech_api import (
-    SpeechApiError,
-    check_body,
-    check_text,
-    parse_json,
-    to_speech_request,
-    validation_message,
-)
+from ..openai.speech_api import SpeechApiError, check_text, parse_json, speech_body, to_speech_request
 from ..server.edge_state import EdgeServingState
 from .speech_text import TextSegmenter
 
@@ -109,8 +102,8 @@ class SpeechSocket:
     One task owns the session (reads, checks, closes); the speaker task only sends frames.
     """
 
-    def __init__(self, edge: EdgeServingState | None, socket: Any, speech_body: Any) -> None:
-        self.edge, self.socket, self.speech_body = edge, socket, speech_body
+    def __init__(self, edge: EdgeServingState | None, socket: Any, speech_model: Any) -> None:
+        self.edge, self.socket, self.speech_model = edge, socket, speech_model
         self.segments: asyncio.Queue[str | None] = asyncio.Queue()
         self.queued_chars = 0  # text received and not yet taken by the speaker
         self.speaking = False
@@ -156,8 +149,6 @@ class SpeechSocket:
             await self._run()
 
     async def _run(self) -> None:
-        from pydantic import ValidationError
-
         from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
 
         if self.edge is None:
@@ -181,12 +172,10 @@ class SpeechSocket:
                 "(or use text_mode 'sentence')",
             )
         try:
-            body = self.speech_body.model_validate({"input": "", **fields, "response_format": "codec"})
-            check_body(body, limits, self.edge.served_models, self.edge.generator.config.tts_model_type)
-        except ValidationError as error:
-            await self.close(CLOSE_BAD_MESSAGE, "start: " + validation_message(error).removeprefix("invalid "))
+            data = {"input": "", **fields, "response_format": "codec"}
+            body = speech_body(self.speech_model, data, limits, self.edge.served_models, self.edge.generator.config)
         except SpeechApiError as error:
-            await self.close(CLOSE_BAD_MESSAGE, f"start: {error}")
+            await self.close(CLOSE_BAD_MESSAGE, f"start: {str(error).removeprefix('invalid ')}")
         try:
             plan = self.edge.plan(body.edge_hardware)
         except SpeechApiError as error:

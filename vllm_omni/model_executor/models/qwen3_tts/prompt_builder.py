@@ -66,6 +66,9 @@ class SpeechPrompt:
     trailing_text_ids: list[int] = field(default_factory=list)
     speaker_embedding: tuple[float, ...] = ()
     reference_codes: tuple[tuple[int, ...], ...] = ()
+    # Usage, as upstream vLLM-Omni counts it: tokens of the text and the instruction; reference frames in context.
+    text_tokens: int = 0
+    audio_tokens: int = 0
 
 
 class PromptBuilder:
@@ -98,10 +101,11 @@ class PromptBuilder:
 
     def language_id(self, language: str | None, speaker: str | None) -> int | None:
         name = (language or "auto").lower()
-        if name not in self.config.supported_languages:
-            raise SpeechRequestError(
-                f"unknown language {language!r}; this checkpoint supports: {', '.join(self.config.supported_languages)}"
-            )
+        # A dialect is taken by name too (upstream vLLM-Omni does; the official package lists only the others).
+        if name != "auto" and name not in self.talker.codec_language_id:
+            dialects = sorted(set(self.talker.codec_language_id) - set(self.config.supported_languages))
+            known = [*self.config.supported_languages, *dialects]
+            raise SpeechRequestError(f"unknown language {language!r}; this checkpoint supports: {', '.join(known)}")
         language_id = None if name == "auto" else self.talker.codec_language_id[name]
         dialect = self.talker.spk_is_dialect.get(speaker.lower()) if speaker else False
         if name in ("chinese", "auto") and dialect:
@@ -229,9 +233,12 @@ class PromptBuilder:
                 "allows (max_model_len less room for frames): shorten the text, instruction or reference audio, "
                 "or raise max_model_len"
             )
+        text_tokens = len(text_ids) + (len(self._ids(instruct)) if instruct else 0)
         if voice is None:
-            return SpeechPrompt(prompt, trailing)
-        return SpeechPrompt(prompt, trailing, voice.speaker_embedding, voice.reference_codes or ())
+            return SpeechPrompt(prompt, trailing, text_tokens=text_tokens)
+        codes = voice.reference_codes or ()
+        audio_tokens = 0 if voice.x_vector_only else len(codes)
+        return SpeechPrompt(prompt, trailing, voice.speaker_embedding, codes, text_tokens, audio_tokens)
 
     def _check_voice(self, voice: VoiceClonePrompt | None, instruct: str | None) -> None:
         if self.model_type != "base":

@@ -1,0 +1,114 @@
+"""``POST /v1/audio/speech/batch``: several utterances in one request, as upstream vLLM-Omni serves them.
+
+The body is ``items`` (1 to ``--speech-max-batch-items``, each with its ``input`` and any field of
+``POST /v1/audio/speech``) and defaults for every item at its top level (an item's own value wins; the
+``response_format`` default is upstream's ``wav``). Each item is checked as a request of its own and spoken
+whole (no streaming, no codec stream: the answer is JSON); the items run concurrently in the engine, each
+bounded as a single request is, and a client that leaves aborts every one of them. The answer is upstream's:
+``{id, results: [{index, status: "success", audio_data (base64), media_type, usage} | {index, status: "error",
+error}], total, succeeded, failed}``, 200 whatever the items' fates; a body that is not a batch is a 400.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from typing import Any
+
+from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
+
+from ..openai.speech_api import SpeechApiError, parse_json, speech_body, to_speech_request
+from ..openai.speech_http import error_response, read_body, until_disconnected
+from ..server.edge_state import EdgeServingState
+from ..server.speech_streams import audio_stream, public_error, usage, whole_file
+
+BATCH_DEFAULT_FORMAT = "wav"  # upstream's default here (OpenAI has no batch endpoint)
+
+
+def item_bodies(data: Any, limit: int) -> list[dict[str, Any]]:
+    """The batch's items as request bodies, the top-level defaults under each item's own values; a
+    :class:`SpeechApiError` (400) for a body that is not a batch."""
+    if not isinstance(data, dict):
+        raise SpeechApiError(400, "a speech batch is one JSON object: items and shared defaults")
+    items = data.get("items")
+    if not isinstance(items, list) or not items:
+        raise SpeechApiError(400, 'a speech batch needs "items": a list of 1 or more objects, each with its "input"')
+    if len(items) > limit:
+        raise SpeechApiError(
+            400, f"the batch has {len(items)} items; this server takes at most {limit} (--speech-max-batch-items)"
+        )
+    defaults = {key: value for key, value in data.items() if key != "items" and value is not None}
+    bodies = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise SpeechApiError(400, f"items[{index}] is {type(item).__name__}; each item is an object with its input")
+        given = {key: value for key, value in item.items() if value is not None}
+        bodies.append({"response_format": BATCH_DEFAULT_FORMAT, **defaults, **given})
+    return bodies
+
+
+def speech_batch_route(state: Any, speech_model: Any) -> Any:
+    """The route's endpoint; ``state(request)`` is the process's :class:`EdgeServingState`."""
+    from fastapi import Request
+    from fastapi.responses import JSONResponse, Response
+
+    from ..openai.speech_audio import AUDIO_FORMATS
+
+    async def speech_batch(request: Request):
+        edge: EdgeServingState = state(request)
+        data = parse_json(await read_body(request, edge.limits.max_body_bytes))
+        bodies = item_bodies(data, edge.limits.max_batch_items)
+        model = data.get("model")
+        if model is not None and model not in edge.served_models:
+            raise SpeechApiError(404, f"model {model!r} is not served here; served: {', '.join(edge.served_models)}")
+
+        async def speak(index: int, fields: dict[str, Any]) -> dict[str, Any]:
+            try:
+                if fields.get("stream") or "stream_format" in fields or fields.get("response_format") == "codec":
+                    raise SpeechApiError(
+                        400,
+                        "a batch answers whole audio files as JSON: stream, stream_format and codec are for "
+                        "/v1/audio/speech",
+                    )
+                body = speech_body(speech_model, fields, edge.limits, edge.served_models, edge.generator.config)
+                request_id = f"speech-batch-{uuid.uuid4().hex}"
+                prepared = await edge.prepare(to_speech_request(body, edge.voice_store), request_id)
+                counts: dict[str, int] = {}
+                fmt = body.response_format
+                stream = audio_stream(edge, prepared, request_id, fmt, body.speed, counts, body.first_frames)
+                data = b"".join([chunk async for chunk in stream])
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # this item's refusal or failure; the others go on
+                refusal = isinstance(error, (SpeechApiError, SpeechRequestError))
+                message = str(error) if refusal else public_error(error)
+                return {"index": index, "status": "error", "error": message}
+            sample_rate = edge.plans.server_decoder.codec.sample_rate
+            return {
+                "index": index,
+                "status": "success",
+                "audio_data": base64.b64encode(whole_file(data, fmt, sample_rate)).decode("ascii"),
+                "media_type": AUDIO_FORMATS[fmt],
+                "usage": usage(prepared, counts["frames"]),
+            }
+
+        work = asyncio.gather(*(speak(index, fields) for index, fields in enumerate(bodies)))
+        try:
+            finished, results = await until_disconnected(request, work)
+        except Exception as error:
+            return error_response(500, public_error(error))
+        if not finished:  # the client left: every item's engine request is aborted
+            return Response(status_code=499)
+        succeeded = sum(result["status"] == "success" for result in results)
+        return JSONResponse(
+            {
+                "id": f"speech-batch-{uuid.uuid4().hex}",
+                "results": results,
+                "total": len(results),
+                "succeeded": succeeded,
+                "failed": len(results) - succeeded,
+            }
+        )
+
+    return speech_batch
