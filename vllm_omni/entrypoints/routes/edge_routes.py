@@ -62,7 +62,8 @@ from ..server.speech_streams import (
 )
 from ..voices.voice_store import VoiceStoreError
 from ..websocket.socket_auth import CODEC_SUBPROTOCOL
-from ..websocket.speech_socket import CLOSE_TRY_AGAIN_LATER, SpeechSocket
+from ..websocket.socket_session import CLOSE_NOT_READY, CLOSE_TRY_AGAIN_LATER
+from ..websocket.speech_session import open_session
 from .speech_batch import speech_batch_route
 from .voice_uploads import save_voice
 
@@ -192,13 +193,14 @@ def build_router():
                 reason=f"{edge.open_sockets} speech sessions are open, the most this server takes: try again later",
             )
             return
-        if edge is not None:
-            edge.open_sockets += 1
+        if edge is None:
+            await socket.close(code=CLOSE_NOT_READY, reason="the edge routes are not initialised (start with --omni)")
+            return
+        edge.open_sockets += 1
         try:
-            await SpeechSocket(edge, socket, speech_model).run()
+            await open_session(edge, socket, speech_model)
         finally:
-            if edge is not None:
-                edge.open_sockets -= 1
+            edge.open_sockets -= 1
 
     async def text_route(request: Request):
         return error_response(

@@ -9,8 +9,8 @@ bounded as a single request is, and a client that leaves aborts every one of the
 error}], total, succeeded, failed}``, 200 whatever the items' fates; a body that is not a batch is a 400.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: FastAPI reads the endpoint's parameter type (Request) from the live
+# annotation.
 import asyncio
 import base64
 import uuid

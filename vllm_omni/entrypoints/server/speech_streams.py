@@ -136,10 +136,22 @@ async def audio_stream(
     counts: dict[str, int] | None = None,
     first: int = 1,
 ) -> AsyncIterator[bytes]:
-    """The utterance in ``fmt`` (:mod:`..openai.speech_audio`), decoded on the server with the exact stateful
-    decoder as frames arrive (the first ``first`` frames together) and encoded chunk by chunk, all on the decode
-    pool; empty chunks are not yielded. ``counts["frames"]`` (when given) counts the frames decoded. Raises what
-    the engine or the decoder raised (callers answer with :func:`public_error`)."""
+    """The utterance of ``prepared`` as :func:`decoded_audio` (the first ``first`` frames decoded together)."""
+    frames = edge.generator.stream_prepared(prepared, request_id)
+    if first > 1:
+        frames = frame_batches(frames, 1, first=first)
+    async with contextlib.aclosing(decoded_audio(edge, frames, fmt, speed, counts)) as chunks:
+        async for chunk in chunks:
+            yield chunk
+
+
+async def decoded_audio(
+    edge: EdgeServingState, frames: AsyncIterator[np.ndarray], fmt: str, speed: float, counts: dict[str, int] | None
+) -> AsyncIterator[bytes]:
+    """``frames`` in ``fmt`` (:mod:`..openai.speech_audio`), decoded on the server with the exact stateful decoder
+    as they arrive and encoded chunk by chunk, all on the decode pool; empty chunks are not yielded.
+    ``counts["frames"]`` (when given) counts the frames decoded. Raises what the engine or the decoder raised
+    (callers answer with :func:`public_error`); closing it closes ``frames`` (the engine request is aborted)."""
     from vllm_omni.edge.audio import float_to_pcm16
     from vllm_omni.edge.runtime import open_decoder
 
@@ -151,25 +163,22 @@ async def audio_stream(
         decoder = open_decoder(edge.plans.server_decoder, check_sha256=False, prepack=True)
         return decoder, AudioEncoder(fmt, sample_rate, speed)
 
-    decoder, encoder = await edge.decode(begin)
+    async with contextlib.aclosing(frames):
+        decoder, encoder = await edge.decode(begin)
 
-    def step(frames: np.ndarray | None) -> bytes:
-        audio = decoder.feed(frames) if frames is not None else decoder.flush()
-        data = encoder.encode(float_to_pcm16(audio).tobytes()) if audio.size else b""
-        return data + (encoder.finish() if frames is None else b"")
+        def step(new: np.ndarray | None) -> bytes:
+            audio = decoder.feed(new) if new is not None else decoder.flush()
+            data = encoder.encode(float_to_pcm16(audio).tobytes()) if audio.size else b""
+            return data + (encoder.finish() if new is None else b"")
 
-    counts = counts if counts is not None else {}
-    counts.setdefault("frames", 0)
-    frames = edge.generator.stream_prepared(prepared, request_id)
-    if first > 1:
-        frames = frame_batches(frames, 1, first=first)
-    async with contextlib.aclosing(frames) as frames:
+        counts = counts if counts is not None else {}
+        counts.setdefault("frames", 0)
         async for new in frames:
             counts["frames"] += len(new)
             if data := await edge.decode(step, new):
                 yield data
-    if data := await edge.decode(step, None):
-        yield data
+        if data := await edge.decode(step, None):
+            yield data
 
 
 def whole_file(data: bytes, fmt: str, sample_rate: int) -> bytes:

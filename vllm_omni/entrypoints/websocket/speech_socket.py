@@ -1,4 +1,6 @@
-"""``/v1/audio/speech/stream``: one WebSocket session of the codec stream, text arriving in pieces."""
+"""``/v1/audio/speech/stream`` in this project's first vocabulary (``start`` / ``text`` / ``flush`` / ``end`` /
+``cancel``): one codec stream per connection, text arriving in pieces. Kept as an alias for the clients written
+against it; upstream vLLM-Omni's vocabulary (:mod:`.speech_session`) is the current one."""
 
 from __future__ import annotations
 
@@ -12,68 +14,27 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..openai.speech_api import SpeechApiError, check_text, parse_json, speech_body, to_speech_request
+from ..openai.speech_api import SpeechApiError, check_text, speech_body
 from ..server.edge_state import EdgeServingState
+from .socket_session import (
+    CLOSE_BAD_MESSAGE,
+    CLOSE_NOT_SERVED,
+    CLOSE_SEND_S,
+    CLOSE_TIMEOUT,
+    CLOSE_TOO_MUCH_QUEUED,
+    SLACK_S,
+    SocketClosed,
+    SocketSession,
+)
 from .speech_text import TextSegmenter
 
-# WebSocket close codes (4000-4999 are the application's): what went wrong with the client's messages.
-CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
-CLOSE_BAD_MESSAGE = 4400
-CLOSE_NOT_SERVED = 4404
-CLOSE_TIMEOUT = 4408
-CLOSE_TOO_MUCH_QUEUED = 4413
-CLOSE_NOT_READY = 4503
-CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455: the server is overloaded (--speech-max-sockets sessions are open)
-SLACK_S = 0.05  # how early a deadline may wake the socket's wait
-CLOSE_SEND_S = 5.0  # the done and close frames wait this long for a client that does not read
-MAX_REASON_BYTES = 123  # RFC 6455: a close reason fits in 123 bytes of UTF-8
 # "sentence": each sentence its own talker request and segment; "stream": every piece into one running request.
 TEXT_MODES = ("sentence", "stream")
 DEFAULT_TEXT_MODE = "sentence"  # today's clients keep what they had; docs/serving/serve.md says why
 FLUSH_AFTER_S = 0.08  # stream mode: frames held for a full message leave after one frame's time without more
 
 
-def close_reason(message: str) -> str:
-    """``message`` fitted to a close frame: cut at a word boundary with an ellipsis when too long."""
-    data = message.encode()
-    if len(data) <= MAX_REASON_BYTES:
-        return message
-    cut = data[: MAX_REASON_BYTES - 3].decode(errors="ignore")
-    return (cut.rsplit(" ", 1)[0] if " " in cut else cut) + "..."
-
-
-class SocketClosed(Exception):
-    """The session is over (closed by us after telling the client why, or by the client)."""
-
-
-class ProtocolError(Exception):
-    """A client message the session refuses: the close ``code`` and what to send instead."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def parse_message(message: dict, limit: int) -> dict:
-    """A received ASGI message as the client's JSON object (``{"type": "disconnect"}`` when it left)."""
-    if message["type"] == "websocket.disconnect":
-        return {"type": "disconnect"}
-    text = message.get("text")
-    if text is None:
-        raise ProtocolError(CLOSE_BAD_MESSAGE, "expected a JSON text message with a string 'type', got binary")
-    size = len(text.encode("utf-8", errors="surrogatepass"))
-    if size > limit:
-        raise ProtocolError(CLOSE_TOO_BIG, f"a message of {size} bytes; the limit is {limit} (--speech-max-body-bytes)")
-    try:
-        payload = parse_json(text, "the message")
-    except SpeechApiError as error:
-        raise ProtocolError(CLOSE_BAD_MESSAGE, str(error)) from None
-    if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
-        raise ProtocolError(CLOSE_BAD_MESSAGE, "expected a JSON text message with a string 'type'")
-    return payload
-
-
-class SpeechSocket:
+class SpeechSocket(SocketSession):
     """One ``/v1/audio/speech/stream`` connection: the codec stream over a WebSocket, text in pieces.
 
     Client -> server (JSON text messages): ``{"type": "start", ...}`` with the fields of
@@ -102,63 +63,32 @@ class SpeechSocket:
     One task owns the session (reads, checks, closes); the speaker task only sends frames.
     """
 
-    def __init__(self, edge: EdgeServingState | None, socket: Any, speech_model: Any) -> None:
-        self.edge, self.socket, self.speech_model = edge, socket, speech_model
+    def __init__(self, edge: EdgeServingState, socket: Any, speech_model: Any) -> None:
+        super().__init__(edge, socket, speech_model)
         self.segments: asyncio.Queue[str | None] = asyncio.Queue()
         self.queued_chars = 0  # text received and not yet taken by the speaker
         self.speaking = False
         self.ended = False  # the client sent `end`: speak what is queued, then close
-        self.speaker: asyncio.Task | None = None
         self.encoder = None  # the stream's CodecStreamEncoder, once the start message is out
-        self.started = time.monotonic()
         self.text_mode = DEFAULT_TEXT_MODE
         self.pieces: asyncio.Queue[str | None] = asyncio.Queue()  # stream mode: the client's text, then None
         self.streamed_chars = 0
         self.last_sent = 0.0  # when the last frames message left
 
-    async def close(self, code: int, message: str) -> NoReturn:
-        """Close with ``message`` as the reason; a stream that started hears the whole message in its done.
-        Raises :class:`SocketClosed`: the session is over."""
-        speaker = self.speaker
-        if speaker is not None and speaker is not asyncio.current_task() and not speaker.done():
-            speaker.cancel()  # nothing may follow the done message
-            await asyncio.gather(speaker, return_exceptions=True)
-        with contextlib.suppress(Exception):  # the client left first, or does not read: nobody to tell
-            if self.encoder is not None and code != 1000:
-                done = self.encoder.done(reason="error", error=message).decode()
-                await asyncio.wait_for(self.socket.send_text(done), CLOSE_SEND_S)
-            await asyncio.wait_for(self.socket.close(code=code, reason=close_reason(message)), CLOSE_SEND_S)
-        raise SocketClosed
+    async def last_words(self, code: int, message: str) -> None:
+        """A stream that started hears the whole message in its done."""
+        if self.encoder is not None and code != 1000:
+            await self.socket.send_text(self.encoder.done(reason="error", error=message).decode())
 
-    async def receive(self, timeout: float | None = None) -> dict:
-        """The next client message, checked (a bad one closes the session with its code)."""
-        try:
-            raw = await asyncio.wait_for(self.socket.receive(), timeout)
-        except TimeoutError:
-            await self.close(CLOSE_TIMEOUT, f"no start message in {timeout:g} s")
-        return await self.checked(raw)
-
-    async def checked(self, raw: dict) -> dict:
-        try:
-            return parse_message(raw, self.edge.limits.max_body_bytes)
-        except ProtocolError as error:
-            await self.close(error.code, str(error))
-
-    async def run(self) -> None:
+    async def run(self, start: dict) -> None:
+        """The session that ``start`` (its first message, type ``start``) opens."""
         with contextlib.suppress(SocketClosed):
-            await self._run()
+            await self._run(start)
 
-    async def _run(self) -> None:
+    async def _run(self, start: dict) -> None:
         from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
 
-        if self.edge is None:
-            await self.close(CLOSE_NOT_READY, "the edge routes are not initialised (start the server with --omni)")
         limits = self.edge.limits
-        start = await self.receive(timeout=limits.socket_idle_s)
-        if start["type"] == "disconnect":
-            return
-        if start["type"] != "start":
-            await self.close(CLOSE_BAD_MESSAGE, f"the first message must be type 'start', got {start['type']!r}")
         fields = {k: v for k, v in start.items() if k not in ("type", "text_mode")}
         self.text_mode = start.get("text_mode", DEFAULT_TEXT_MODE)
         if self.text_mode not in TEXT_MODES:
@@ -180,10 +110,8 @@ class SpeechSocket:
             plan = self.edge.plan(body.edge_hardware)
         except SpeechApiError as error:
             await self.close(CLOSE_NOT_SERVED, f"start: {error}")
-        try:  # the voice made once (a cloned one encoded), and refused up front with a stand-in text if bad
-            template = to_speech_request(body.model_copy(update={"input": "."}), self.edge.voice_store)
-            template = await self.edge.resolve_voice(template)
-            await self.edge.prepare(template, f"speech-check-{uuid.uuid4().hex}")
+        try:  # the voice made once (a cloned one encoded), and refused up front if the checkpoint cannot speak it
+            template = await self.voice_template(body)
         except SpeechApiError as error:
             await self.close(CLOSE_BAD_MESSAGE, f"start: {error}")
         except SpeechRequestError as error:
@@ -243,7 +171,7 @@ class SpeechSocket:
                 receive = receive or asyncio.create_task(self.socket.receive())
                 now = time.monotonic()
                 idle_left = limits.socket_idle_s - (now - self.last_activity(last_message))
-                total_left = limits.socket_max_s - (now - self.started)
+                total_left = self.session_time_left()
                 done, _ = await asyncio.wait(
                     {receive, speaker}, timeout=max(0.0, min(idle_left, total_left)), return_when="FIRST_COMPLETED"
                 )
@@ -251,7 +179,7 @@ class SpeechSocket:
                     return
                 if not done:  # a deadline (asyncio may wake a little early: SLACK_S)
                     now = time.monotonic()
-                    if now - self.started >= limits.socket_max_s - SLACK_S:
+                    if self.session_time_left() <= SLACK_S:
                         await self.close(CLOSE_TIMEOUT, f"the session is over its {limits.socket_max_s:g} s limit")
                     if now - self.last_activity(last_message) >= limits.socket_idle_s - SLACK_S:
                         if self.text_mode == "stream" or (not self.speaking and self.segments.empty()):
@@ -319,21 +247,6 @@ class SpeechSocket:
             self.ended = True
             return False
         await self.close(CLOSE_BAD_MESSAGE, f"unexpected message type {kind!r} (text, flush, end or cancel)")
-
-    async def send_text(self, text: str) -> None:
-        await self._send(self.socket.send_text, text)
-
-    async def send_bytes(self, data: bytes) -> None:
-        await self._send(self.socket.send_bytes, data)
-
-    @staticmethod
-    async def _send(send: Any, data: Any) -> None:
-        from starlette.websockets import WebSocketDisconnect
-
-        try:
-            await send(data)
-        except (WebSocketDisconnect, OSError, RuntimeError):  # the client left (or the socket is closing)
-            raise SocketClosed from None
 
     async def start_stream(self, plan) -> Any:
         """The wire protocol's start message, sent; the stream's encoder."""

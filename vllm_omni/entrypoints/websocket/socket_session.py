@@ -1,0 +1,142 @@
+"""What every ``/v1/audio/speech/stream`` session has, whichever vocabulary its client speaks: close codes and
+reasons, one checked client message at a time, sends that notice a client gone, the session's deadlines, and the
+voice resolved once per session.
+
+Two vocabularies share it: upstream vLLM-Omni's (``session.config`` / ``input.text`` / ``input.done`` /
+``session.close``, :mod:`.speech_session`, the current one) and this project's first (``start`` / ``text`` /
+``flush`` / ``end`` / ``cancel``, :mod:`.speech_socket`, kept as an alias for the clients written against it). The
+first message of a connection says which (:func:`open_session`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, NoReturn
+
+from ..openai.speech_api import SpeechApiError, parse_json, to_speech_request
+from ..server.edge_state import EdgeServingState
+
+# WebSocket close codes (4000-4999 are the application's): what went wrong with the client's messages.
+CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
+CLOSE_BAD_MESSAGE = 4400
+CLOSE_NOT_SERVED = 4404
+CLOSE_TIMEOUT = 4408
+CLOSE_TOO_MUCH_QUEUED = 4413
+CLOSE_NOT_READY = 4503
+CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455: the server is overloaded (--speech-max-sockets sessions are open)
+SLACK_S = 0.05  # how early a deadline may wake the socket's wait
+CLOSE_SEND_S = 5.0  # the done and close frames wait this long for a client that does not read
+MAX_REASON_BYTES = 123  # RFC 6455: a close reason fits in 123 bytes of UTF-8
+
+
+def close_reason(message: str) -> str:
+    """``message`` fitted to a close frame: cut at a word boundary with an ellipsis when too long."""
+    data = message.encode()
+    if len(data) <= MAX_REASON_BYTES:
+        return message
+    cut = data[: MAX_REASON_BYTES - 3].decode(errors="ignore")
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut) + "..."
+
+
+class SocketClosed(Exception):
+    """The session is over (closed by us after telling the client why, or by the client)."""
+
+
+class ProtocolError(Exception):
+    """A client message the session refuses: the close ``code`` and what to send instead."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def parse_message(message: dict, limit: int) -> dict:
+    """A received ASGI message as the client's JSON object (``{"type": "disconnect"}`` when it left)."""
+    if message["type"] == "websocket.disconnect":
+        return {"type": "disconnect"}
+    text = message.get("text")
+    if text is None:
+        raise ProtocolError(CLOSE_BAD_MESSAGE, "expected a JSON text message with a string 'type', got binary")
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if size > limit:
+        raise ProtocolError(CLOSE_TOO_BIG, f"a message of {size} bytes; the limit is {limit} (--speech-max-body-bytes)")
+    try:
+        payload = parse_json(text, "the message")
+    except SpeechApiError as error:
+        raise ProtocolError(CLOSE_BAD_MESSAGE, str(error)) from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
+        raise ProtocolError(CLOSE_BAD_MESSAGE, "expected a JSON text message with a string 'type'")
+    return payload
+
+
+class SocketSession:
+    """The lifecycle of one connection: :meth:`receive` (a checked client message, or a close with its code),
+    :meth:`close` (a reason fitted to the close frame, after the stream's own last word where one is open), sends
+    that raise :class:`SocketClosed` when the client is gone, and the session's clock."""
+
+    def __init__(self, edge: EdgeServingState, socket: Any, speech_model: Any) -> None:
+        self.edge, self.socket, self.speech_model = edge, socket, speech_model
+        self.started = time.monotonic()
+        self.speaker: asyncio.Task | None = None
+
+    async def last_words(self, code: int, message: str) -> None:
+        """What the client hears before a close with ``code`` (nothing here; each vocabulary says its own)."""
+
+    async def close(self, code: int, message: str) -> NoReturn:
+        """Close with ``message`` as the reason, after :meth:`last_words`. Raises :class:`SocketClosed`: the session
+        is over."""
+        speaker = self.speaker
+        if speaker is not None and speaker is not asyncio.current_task() and not speaker.done():
+            speaker.cancel()  # nothing may follow the last words
+            await asyncio.gather(speaker, return_exceptions=True)
+        with contextlib.suppress(Exception):  # the client left first, or does not read: nobody to tell
+            await asyncio.wait_for(self.last_words(code, message), CLOSE_SEND_S)
+            await asyncio.wait_for(self.socket.close(code=code, reason=close_reason(message)), CLOSE_SEND_S)
+        raise SocketClosed
+
+    async def receive(self, timeout: float | None = None, waiting_for: str = "a message") -> dict:
+        """The next client message, checked (a bad one closes the session with its code)."""
+        try:
+            raw = await asyncio.wait_for(self.socket.receive(), timeout)
+        except TimeoutError:
+            await self.close(CLOSE_TIMEOUT, f"no {waiting_for} in {timeout:g} s")
+        return await self.checked(raw)
+
+    async def checked(self, raw: dict) -> dict:
+        try:
+            return parse_message(raw, self.edge.limits.max_body_bytes)
+        except ProtocolError as error:
+            await self.close(error.code, str(error))
+
+    def session_time_left(self) -> float:
+        return self.edge.limits.socket_max_s - (time.monotonic() - self.started)
+
+    async def send_text(self, text: str) -> None:
+        await self._send(self.socket.send_text, text)
+
+    async def send_bytes(self, data: bytes) -> None:
+        await self._send(self.socket.send_bytes, data)
+
+    @staticmethod
+    async def _send(send: Any, data: Any) -> None:
+        from starlette.websockets import WebSocketDisconnect
+
+        try:
+            await send(data)
+        except (WebSocketDisconnect, OSError, RuntimeError):  # the client left (or the socket is closing)
+            raise SocketClosed from None
+
+    async def voice_template(self, body: Any) -> Any:
+        """The session's ``SpeechRequest`` without text: its voice resolved once (an uploaded one read, a reference
+        fetched and encoded), and the voice, instruction and language checked against the checkpoint without any
+        tokenization. Raises :class:`SpeechApiError` or ``SpeechRequestError``."""
+        import dataclasses
+
+        template = to_speech_request(body.model_copy(update={"input": "."}), self.edge.voice_store)
+        template = await self.edge.resolve_voice(template)
+        prompts = self.edge.generator.prompts
+        prompts.check_voice_fields(template.speaker, template.instruct, template.voice)
+        prompts.language_id(template.language, template.speaker)
+        return dataclasses.replace(template, text=None)

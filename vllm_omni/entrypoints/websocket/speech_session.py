@@ -1,0 +1,428 @@
+"""``/v1/audio/speech/stream`` in upstream vLLM-Omni's vocabulary, the current one, with this project's
+capabilities as extensions inside it.
+
+Client -> server (JSON text messages):
+
+* ``{"type": "session.config", ...}``: first, and again between utterances (refused, the session going on, while
+  text is buffered); the fields of ``POST /v1/audio/speech`` (``voice`` or ``speaker``, ``task_type``,
+  ``language``, ``instructions``, ``response_format`` (default ``wav``, upstream's), ``speed``,
+  ``max_new_tokens``, ``initial_codec_chunk_frames``, the voice-cloning fields, the generator's), upstream's
+  ``stream_audio`` (audio sent as it is decoded instead of one whole file), and ours: ``"text_mode": "stream"``
+  (each ``input.text`` goes straight into one running talker request, speaking before ``input.done``; exact,
+  frames equal to the whole text's) and ``"edge_hardware": CLASS`` (the codec stream of that class's plan, for a
+  device to decode, instead of audio).
+* ``{"type": "input.text", "text": ...}``: text, joined as sent (whitespace pieces included).
+* ``{"type": "input.done"}``: the text so far is one utterance (buffered mode: spoken as one request; stream
+  mode: the running request's text ends). The connection stays open for the next.
+* ``{"type": "session.close"}``: what is queued is spoken, then the connection closes with 1000.
+
+Server -> client, per utterance (``utterance_index`` counts ``input.done`` from 0; ``sentence_index`` is always 0,
+the utterance is not cut): ``audio.start`` ``{utterance_index, sentence_index, sentence_text, format,
+sample_rate}``; the audio as binary messages (``stream_audio``: chunks as decoded, else one whole file; with
+``edge_hardware``: the codec stream's own messages, start and done as text, frames as binary); ``audio.done``
+``{utterance_index, sentence_index, total_bytes, error, frames}``; then ``session.done`` ``{utterance_index,
+total_sentences}``. ``{"type": "error", "message"}`` reports a refused message (the session goes on) or a failed
+utterance (then ``audio.done`` has ``error: true``). Before a valid first ``session.config``, an error ends the
+session: close 4400 (4404 for an unserved ``edge_hardware``). The limits of :mod:`.socket_session` hold: a message
+over ``--speech-max-body-bytes`` closes with 1009; buffered text is bounded by ``--speech-max-input-chars`` (an
+``input.text`` past it is refused, the session going on), a streamed utterance's text by
+``--speech-socket-max-queued-chars`` (close 4413: a request cannot lose text in its middle); no message and
+nothing to speak for ``--speech-socket-idle-s`` (in stream mode: no text) closes with 4408, as does a session past
+``--speech-socket-max-s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..openai.speech_api import SpeechApiError, check_text, speech_body
+from ..server.edge_state import EdgeServingState
+from .socket_session import (
+    CLOSE_BAD_MESSAGE,
+    CLOSE_NOT_SERVED,
+    CLOSE_TIMEOUT,
+    CLOSE_TOO_MUCH_QUEUED,
+    SLACK_S,
+    SocketClosed,
+    SocketSession,
+)
+
+SESSION_DEFAULT_FORMAT = "wav"  # upstream's default on its WebSocket
+FLUSH_AFTER_S = 0.08  # stream mode, codec frames: frames held for a full message leave after one frame's time
+
+
+def session_config_model(speech_model: Any) -> Any:
+    """The typed ``session.config`` message: the speech body's fields, ``input`` optional, and the session's own."""
+    from typing import Literal
+
+    from pydantic import create_model
+
+    return create_model(
+        "SessionConfig",
+        __base__=speech_model,
+        input=(str, ""),
+        stream_audio=(bool, False),
+        text_mode=(Literal["buffered", "stream"], "buffered"),
+    )
+
+
+@dataclass
+class Utterance:
+    """One ``input.done``'s text: whole (``text``), or arriving (``pieces``, stream mode; ``None`` ends it)."""
+
+    index: int
+    config: Any
+    template: Any
+    plan: Any
+    text: str = ""
+    pieces: asyncio.Queue[str | None] | None = None
+    streamed_chars: int = 0
+    first_piece: str = ""
+    total_bytes: int = 0
+    frames: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return self.pieces is None and not self.text
+
+
+@dataclass
+class SessionSettings:
+    """A valid ``session.config``: the body, the voice resolved once, and the plan of its ``edge_hardware``."""
+
+    config: Any
+    template: Any
+    plan: Any = None
+
+
+async def open_session(edge: EdgeServingState, socket: Any, speech_model: Any) -> None:
+    """The session the connection's first message opens: upstream's vocabulary (``session.config``), or this
+    project's first one (``start``, :class:`~.speech_socket.SpeechSocket`)."""
+    from .speech_socket import SpeechSocket
+
+    session = SpeechSession(edge, socket, speech_model)
+    with contextlib.suppress(SocketClosed):
+        first = await session.receive(edge.limits.socket_idle_s, "session.config")
+        if first["type"] == "disconnect":
+            return
+        if first["type"] == "start":
+            await SpeechSocket(edge, socket, speech_model).run(first)
+            return
+        await session.run(first)
+
+
+class SpeechSession(SocketSession):
+    """One connection in upstream's vocabulary (module docstring). The listening task owns the session (reads,
+    checks, closes); the speaker task speaks the queued utterances in order and sends their messages."""
+
+    def __init__(self, edge: EdgeServingState, socket: Any, speech_model: Any) -> None:
+        super().__init__(edge, socket, speech_model)
+        self.config_model = session_config_model(speech_model)
+        self.settings: SessionSettings | None = None
+        self.buffer: list[str] = []
+        self.buffered_chars = 0
+        self.utterances: asyncio.Queue[Utterance | None] = asyncio.Queue()
+        self.unfinished = 0  # utterances queued or being spoken
+        self.streaming: Utterance | None = None  # stream mode: the utterance whose text is arriving
+        self.next_index = 0
+        self.closing = False
+        self.last_text = time.monotonic()
+
+    async def last_words(self, code: int, message: str) -> None:
+        if code != 1000:
+            await self.socket.send_text(_json({"type": "error", "message": message}))
+
+    async def error(self, message: str) -> None:
+        """A refused message or a failed utterance; the session goes on."""
+        await self.send_text(_json({"type": "error", "message": message}))
+
+    async def run(self, first: dict) -> None:
+        with contextlib.suppress(SocketClosed):
+            if first["type"] != "session.config":
+                await self.close(CLOSE_BAD_MESSAGE, f"expected session.config first, got {first['type']!r}")
+            try:
+                self.settings = await self.configure(first)
+            except SpeechApiError as error:
+                await self.close(CLOSE_NOT_SERVED if error.status == 404 else CLOSE_BAD_MESSAGE, str(error))
+            self.speaker = asyncio.create_task(self.speak_all())
+            try:
+                await self.listen()
+            finally:
+                if not self.speaker.done():
+                    self.speaker.cancel()
+                await asyncio.gather(self.speaker, return_exceptions=True)
+
+    async def configure(self, message: dict) -> SessionSettings:
+        """A ``session.config`` checked and its voice resolved; :class:`SpeechApiError` (404: an unserved class)."""
+        from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
+
+        edge = self.edge
+        fields = {key: value for key, value in message.items() if key != "type"}
+        if fields.get("edge_hardware") is not None and fields.setdefault("response_format", "codec") != "codec":
+            raise SpeechApiError(400, "session.config: edge_hardware sends codec frames; drop response_format")
+        fields.setdefault("response_format", SESSION_DEFAULT_FORMAT)
+        if fields["response_format"] == "codec" and fields.get("edge_hardware") is None:
+            raise SpeechApiError(400, "session.config: response_format codec needs edge_hardware")
+        try:
+            config = speech_body(self.config_model, fields, edge.limits, edge.served_models, edge.generator.config)
+        except SpeechApiError as error:
+            raise SpeechApiError(error.status, f"session.config: {str(error).removeprefix('invalid ')}") from None
+        if config.text_mode == "stream" and config.non_streaming_mode:
+            raise SpeechApiError(
+                400, "session.config: text_mode 'stream' speaks in the streamed-text layout: drop non_streaming_mode"
+            )
+        plan = edge.plan(config.edge_hardware) if config.edge_hardware is not None else None
+        try:
+            template = await self.voice_template(config)
+        except SpeechRequestError as error:
+            raise SpeechApiError(400, f"session.config: {error}") from None
+        return SessionSettings(config, template, plan)
+
+    # -- listening ---------------------------------------------------------------------------------------------
+
+    async def listen(self) -> None:
+        """Client messages until the session closes; the deadlines hold throughout."""
+        limits = self.edge.limits
+        last_message = time.monotonic()
+        receive: asyncio.Task | None = None
+        try:
+            while not self.speaker.done():
+                receive = receive or asyncio.create_task(self.socket.receive())
+                idle_left = limits.socket_idle_s - (time.monotonic() - self.last_activity(last_message))
+                timeout = max(0.0, min(idle_left, self.session_time_left()))
+                done, _ = await asyncio.wait({receive, self.speaker}, timeout=timeout, return_when="FIRST_COMPLETED")
+                if self.speaker in done and receive not in done:
+                    break
+                if not done:  # a deadline (asyncio may wake a little early: SLACK_S)
+                    if self.session_time_left() <= SLACK_S:
+                        await self.close(CLOSE_TIMEOUT, f"the session is over its {limits.socket_max_s:g} s limit")
+                    now = time.monotonic()
+                    if now - self.last_activity(last_message) >= limits.socket_idle_s - SLACK_S:
+                        if self.streaming is not None or not self.unfinished:
+                            await self.close(
+                                CLOSE_TIMEOUT,
+                                f"idle for {limits.socket_idle_s:g} s: send input.text, input.done or session.close",
+                            )
+                        last_message = now  # still speaking: the client is listening, not idle
+                    continue
+                raw, receive = receive.result(), None
+                last_message = time.monotonic()
+                message = await self.checked(raw)
+                if message["type"] == "disconnect":
+                    return
+                if not self.closing:
+                    await self.handle(message)
+        finally:
+            if receive is not None and not receive.done():
+                receive.cancel()
+        if self.speaker.done() and not self.speaker.cancelled() and self.speaker.exception() is None:
+            await self.close(1000, "session closed")
+
+    def last_activity(self, last_message: float) -> float:
+        """A client message; in stream mode, while an utterance's text is arriving, text only (any other message
+        does not keep a paused request alive)."""
+        return self.last_text if self.streaming is not None else last_message
+
+    async def handle(self, message: dict) -> None:
+        kind = message["type"]
+        if kind == "session.config":
+            if self.buffer or self.streaming is not None:
+                await self.error("session.config cannot be applied while input is buffered; send input.done first")
+                return
+            try:
+                self.settings = await self.configure(message)
+            except SpeechApiError as error:
+                await self.error(f"{error} (the session keeps its configuration)")
+        elif kind == "input.text":
+            await self.take_text(message.get("text", ""))
+        elif kind == "input.done":
+            self.end_utterance()
+        elif kind == "session.close":
+            self.end_utterance(only_open=True)
+            self.closing = True
+            self.utterances.put_nowait(None)
+        else:
+            await self.error(f"unknown message type {kind!r} (session.config, input.text, input.done, session.close)")
+
+    async def take_text(self, text: Any) -> None:
+        limits = self.edge.limits
+        if not isinstance(text, str):
+            await self.error(f"input.text requires a string text, got {type(text).__name__}")
+            return
+        self.last_text = time.monotonic()
+        try:
+            check_text("text", text, limits.max_input_chars, "speech-max-input-chars")
+        except SpeechApiError as error:
+            await self.error(f"input.text refused: {error}")
+            return
+        if self.settings.config.text_mode == "stream":
+            utterance = self.streaming or self.begin_streamed()
+            utterance.streamed_chars += len(text)
+            if utterance.streamed_chars > limits.socket_max_queued_chars:
+                await self.close(
+                    CLOSE_TOO_MUCH_QUEUED,
+                    f"the utterance's text is {utterance.streamed_chars} characters; one streamed utterance takes at "
+                    f"most {limits.socket_max_queued_chars} (--speech-socket-max-queued-chars): send input.done sooner",
+                )
+            utterance.first_piece = utterance.first_piece or text
+            utterance.pieces.put_nowait(text)
+            return
+        if self.buffered_chars + len(text) > limits.max_input_chars:
+            await self.error(
+                f"input.text refused: the utterance would be {self.buffered_chars + len(text)} characters; one "
+                f"takes at most {limits.max_input_chars} (--speech-max-input-chars): send input.done first"
+            )
+            return
+        self.buffer.append(text)
+        self.buffered_chars += len(text)
+
+    def begin_streamed(self) -> Utterance:
+        settings = self.settings
+        utterance = Utterance(self.next_index, settings.config, settings.template, settings.plan)
+        utterance.pieces = asyncio.Queue()
+        self.next_index += 1
+        self.streaming = utterance
+        self.enqueue(utterance)
+        return utterance
+
+    def end_utterance(self, only_open: bool = False) -> None:
+        """``input.done``: the buffered text as one utterance, or the streamed one's text ended (``only_open``:
+        only that, as ``session.close`` does)."""
+        if self.streaming is not None:
+            self.streaming.pieces.put_nowait(None)
+            self.streaming = None
+            return
+        text = "".join(self.buffer).strip()
+        self.buffer, self.buffered_chars = [], 0
+        if only_open and not text:
+            return
+        settings = self.settings
+        self.enqueue(Utterance(self.next_index, settings.config, settings.template, settings.plan, text=text))
+        self.next_index += 1
+
+    def enqueue(self, utterance: Utterance) -> None:
+        self.unfinished += 1
+        self.utterances.put_nowait(utterance)
+
+    # -- speaking ----------------------------------------------------------------------------------------------
+
+    async def speak_all(self) -> None:
+        """The queued utterances in order, each framed by its messages; returns at ``session.close``."""
+        from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
+
+        from ..server.speech_streams import public_error
+
+        while (utterance := await self.utterances.get()) is not None:
+            try:
+                if not utterance.empty:
+                    failure = None
+                    await self.send_text(_json(self.audio_start(utterance)))
+                    try:
+                        await self.speak(utterance)
+                    except (asyncio.CancelledError, SocketClosed):
+                        raise
+                    except (SpeechApiError, SpeechRequestError) as error:
+                        failure = str(error)
+                    except Exception as error:
+                        failure = public_error(error)
+                    if failure is not None:
+                        await self.error(f"utterance {utterance.index} failed: {failure}")
+                    done = {"type": "audio.done", "utterance_index": utterance.index, "sentence_index": 0}
+                    done |= {"total_bytes": utterance.total_bytes, "error": failure is not None}
+                    await self.send_text(_json(done | {"frames": utterance.frames}))
+                sentences = 0 if utterance.empty else 1
+                done = {"type": "session.done", "utterance_index": utterance.index, "total_sentences": sentences}
+                await self.send_text(_json(done))
+            finally:
+                self.unfinished -= 1
+
+    def audio_start(self, utterance: Utterance) -> dict[str, Any]:
+        config = utterance.config
+        return {
+            "type": "audio.start",
+            "utterance_index": utterance.index,
+            "sentence_index": 0,
+            "sentence_text": utterance.text or utterance.first_piece,
+            "format": config.response_format,
+            "sample_rate": self.edge.plans.server_decoder.codec.sample_rate,
+        }
+
+    def frames_of(self, utterance: Utterance) -> AsyncIterator[np.ndarray]:
+        """The talker's frames of ``utterance``, as the engine makes them."""
+        request_id = f"speech-{uuid.uuid4().hex}"
+        generator = self.edge.generator
+        if utterance.pieces is None:
+            return self._whole(utterance, request_id)
+        request = dataclasses.replace(utterance.template, text=None)
+        return generator.stream_text(request, _pieces(utterance.pieces), request_id)
+
+    async def _whole(self, utterance: Utterance, request_id: str) -> AsyncIterator[np.ndarray]:
+        prepared = await self.edge.prepare(dataclasses.replace(utterance.template, text=utterance.text), request_id)
+        async with contextlib.aclosing(self.edge.generator.stream_prepared(prepared, request_id)) as frames:
+            async for new in frames:
+                yield new
+
+    async def speak(self, utterance: Utterance) -> None:
+        from ..server.speech_streams import decoded_audio, frame_batches, whole_file
+
+        config = utterance.config
+        flush = FLUSH_AFTER_S if utterance.pieces is not None else None
+        frames = frame_batches(self.frames_of(utterance), config.frames_per_message, flush, config.first_frames)
+        if utterance.plan is not None:
+            await self.speak_codec(utterance, frames)
+            return
+        counts: dict[str, int] = {}
+        fmt = config.response_format
+        chunks = []
+        async with contextlib.aclosing(decoded_audio(self.edge, frames, fmt, config.speed, counts)) as audio:
+            async for chunk in audio:
+                utterance.frames = counts["frames"]
+                if config.stream_audio:
+                    await self.send_bytes(chunk)
+                    utterance.total_bytes += len(chunk)
+                else:
+                    chunks.append(chunk)
+        utterance.frames = counts["frames"]
+        if not config.stream_audio:
+            sample_rate = self.edge.plans.server_decoder.codec.sample_rate
+            data = whole_file(b"".join(chunks), fmt, sample_rate)
+            await self.send_bytes(data)
+            utterance.total_bytes = len(data)
+
+    async def speak_codec(self, utterance: Utterance, frames: AsyncIterator[np.ndarray]) -> None:
+        """The utterance as one codec stream of its plan: start (text), frames (binary), end of stream, done."""
+        from vllm_omni.edge.stream import StreamStart
+        from vllm_omni.edge.stream.encoder import CodecStreamEncoder
+
+        plan = utterance.plan
+        encoder = CodecStreamEncoder(StreamStart.for_plan(plan, stream_id=f"speech-{uuid.uuid4().hex}"))
+        await self.send_text(encoder.start().decode())
+        async with contextlib.aclosing(frames) as batches:
+            async for batch in batches:
+                data = encoder.frames(batch)
+                await self.send_bytes(data)
+                utterance.total_bytes += len(data)
+                utterance.frames += len(batch)
+        empty = np.zeros((0, plan.codec.num_quantizers), dtype=np.int64)
+        await self.send_bytes(encoder.frames(empty, end_of_stream=True))
+        await self.send_text(encoder.done().decode())
+
+
+async def _pieces(queue: asyncio.Queue[str | None]) -> AsyncIterator[str]:
+    while (piece := await queue.get()) is not None:
+        yield piece
+
+
+def _json(payload: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
