@@ -7,6 +7,7 @@ the client's audio the full decode of the frames the server sent.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import io
@@ -301,7 +302,7 @@ def test_websocket_refusals_and_cancel(server):
     assert code == 4400 and reason.startswith("the message is not JSON")
     assert socket_messages(server, ["[1]"])[1:] == (4400, "expected a JSON text message with a string 'type'")
     code, reason = socket_messages(server, [{"type": "text", "text": "hi"}])[1:]
-    assert code == 4400 and "must be type 'start'" in reason
+    assert code == 4400 and "the first message must be session.config (or start)" in reason
     code, reason = socket_messages(server, [{**start, "edge_hardware": "npu_phone"}])[1:]
     assert code == 4404 and "served: cpu_x86_64, rockchip_npu" in reason
     code, reason = socket_messages(server, [{**start, "voice": "Nobody"}])[1:]
@@ -362,6 +363,7 @@ def test_openai_sdk_gets_mp3_by_default_then_opus_flac_pcm_and_sse(server, offli
     events = list(
         SSEDecoder().iter_bytes(speech.create(**kwargs, response_format="pcm", stream_format="sse").iter_bytes())
     )
+    assert [event.event for event in events] == [json.loads(event.data)["type"] for event in events]  # named events
     payloads = [json.loads(event.data) for event in events]
     assert [p["type"] for p in payloads] == ["speech.audio.delta"] * (len(payloads) - 1) + ["speech.audio.done"]
     import base64
@@ -458,9 +460,11 @@ def test_voices_head_304_and_text_routes(server, talker_checkpoint):
     from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import Qwen3TTSConfig
 
     with server.request("/v1/audio/voices") as response:
-        voices = json.loads(response.read())["voices"]
+        voices = json.loads(response.read())
     config = Qwen3TTSConfig.from_pretrained(talker_checkpoint)
-    assert [v["name"] for v in voices] == list(config.supported_speakers)
+    assert voices["voices"] == sorted([*config.supported_speakers, "default"])  # upstream's list of names
+    assert voices["uploaded_voices"] == []
+    assert [v["name"] for v in voices["speakers"]] == list(config.supported_speakers)
     plan = ExecPlan.load(server.artifacts / "cpu_x86_64")
     artifact = next(iter(plan.artifacts.values()))
     for path, etag in (
@@ -654,6 +658,7 @@ def test_a_websocket_from_a_foreign_page_is_refused_at_the_handshake(server):
         assert refused.value.response.status_code == 403, origin
     with connect(websocket_url(server), additional_headers=auth, origin=server.url, open_timeout=60) as own:
         own.send(json.dumps({"type": "text", "text": "x"}))  # the server's own origin opens a session: it answers
+        assert json.loads(own.recv(timeout=60))["type"] == "error"  # upstream's error shape, then the close
         with pytest.raises(ConnectionClosed):
             own.recv(timeout=60)
         assert own.close_code == 4400
@@ -681,7 +686,7 @@ def test_open_sessions_are_bounded_and_the_next_is_told_to_try_later(server):
             break
         assert time.monotonic() < deadline, "closed sessions kept their places"
         time.sleep(0.2)
-    assert code == 4400 and "must be type 'start'" in reason
+    assert code == 4400 and "must be session.config (or start)" in reason
 
 
 def test_the_server_log_has_no_traceback(server):
@@ -690,3 +695,251 @@ def test_the_server_log_has_no_traceback(server):
     assert "speech warm-up:" in log
     for noise in ("Traceback", "Chat template warmup failed", "without completing handshake", "Exception in ASGI"):
         assert noise not in log, log[max(0, log.find(noise) - 2000) : log.find(noise) + 2000]
+
+
+# -- upstream vLLM-Omni's clients: the requests its example scripts send, as they send them ------------------------
+
+UPSTREAM_HEADERS = {"Content-Type": "application/json"}  # and the key, as their --api-key sends it
+
+
+def upstream_post(server, path: str, body: dict) -> tuple[int, dict, bytes]:
+    """POST ``body`` as upstream's clients do (httpx's JSON, bearer key): status, headers, body."""
+    request = urllib.request.Request(server.url + path, data=json.dumps(body).encode(), headers=UPSTREAM_HEADERS)
+    request.add_header("Authorization", f"Bearer {KEY}")
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def wav_samples(data: bytes) -> np.ndarray:
+    with wave.open(io.BytesIO(data)) as handle:
+        assert (handle.getnchannels(), handle.getsampwidth(), handle.getframerate()) == (1, 2, 24000)
+        return np.frombuffer(handle.readframes(handle.getnframes()), dtype="<i2")
+
+
+def test_upstreams_openai_speech_client_requests(server, offline_frames):
+    """openai_speech_client.py's bodies: model, input, voice (always, lower case), response_format, then what its
+    flags add (language, instructions, max_new_tokens); it writes the body to its output file."""
+    body = {"model": "qwen3-tts", "input": HELLO["input"], "voice": "ryan", "response_format": "wav"}
+    for extra in ({}, {"language": "English"}, {"instructions": "Speak slowly.", "max_new_tokens": 8}):
+        status, headers, data = upstream_post(server, "/v1/audio/speech", {**body, **extra})
+        assert status == 200, data[:300]
+        assert headers["Content-Type"] == "audio/wav" and wav_samples(data).size
+        usage = {name: int(headers[f"X-VLLM-OMNI-{name}-TOKENS"]) for name in ("INPUT", "OUTPUT", "TOTAL")}
+        assert usage["TOTAL"] == usage["INPUT"] + usage["OUTPUT"] and usage["OUTPUT"] >= 1
+        assert int(headers["X-VLLM-OMNI-INPUT-AUDIO-TOKENS"]) == 0
+    assert usage["OUTPUT"] <= 7  # max_new_tokens 8: eight talker steps, at most seven frames
+    # the same body, greedy: the frames of the official talker (the offline generator's), as the WAV of them
+    greedy = {**body, "language": "English", "extra_params": {"greedy": True}, "max_new_tokens": 31}
+    status, headers, data = upstream_post(server, "/v1/audio/speech", greedy)
+    with server.request("/v1/audio/speech", {**HELLO, "max_frames": 30, "response_format": "wav"}) as response:
+        assert wav_samples(data).tobytes() == wav_samples(response.read()).tobytes()
+    assert int(headers["X-VLLM-OMNI-OUTPUT-TOKENS"]) == len(offline_frames["hello"])
+    # aac (its CLI offers it; upstream refuses it, this server encodes it), and upstream's refusals
+    assert upstream_post(server, "/v1/audio/speech", {**body, "response_format": "aac"})[0] == 200
+    status, _, data = upstream_post(
+        server, "/v1/audio/speech", {**body, "model": "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"}
+    )
+    assert status == 404 and json.loads(data)["error"]["message"].startswith("model 'Qwen/")
+
+
+def test_upstreams_voice_forms_and_default_voice(server):
+    say = {"input": HELLO["input"], "response_format": "pcm", "extra_params": {"greedy": True}, "max_new_tokens": 6}
+    bodies = [{**say}, {**say, "voice": "default"}, {**say, "voice": "Vivian"}, {**say, "speaker": "vivian"}]
+    bodies.append({**say, "voice": {"id": "vivian"}})  # OpenAI's voice object
+    answers = {upstream_post(server, "/v1/audio/speech", body)[2] for body in bodies}
+    assert len(answers) == 1  # every form speaks upstream's default voice, vivian
+    status, _, data = upstream_post(server, "/v1/audio/speech", {**say, "word_timestamps": True})
+    assert status == 400 and "forced-aligner" in json.loads(data)["error"]["message"]
+
+
+def test_upstreams_streams_sse_by_default_and_raw_pcm_for_the_gradio_demo(server):
+    say = {"input": HELLO["input"], "voice": "vivian", "response_format": "pcm", "max_new_tokens": 11}
+    say["extra_params"] = {"greedy": True}
+    whole = upstream_post(server, "/v1/audio/speech", say)[2]
+    status, headers, data = upstream_post(server, "/v1/audio/speech", {**say, "stream": True})
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    events = [block for block in data.decode().split("\n\n") if block]
+    names = [block.split("\n")[0].removeprefix("event: ") for block in events]
+    payloads = [json.loads(block.split("\n")[1].removeprefix("data: ")) for block in events]
+    assert names == [p["type"] for p in payloads] == ["speech.audio.delta"] * (len(events) - 1) + ["speech.audio.done"]
+    assert all(p["response_format"] == "pcm" for p in payloads[:-1])
+    assert b"".join(base64.b64decode(p["audio"]) for p in payloads[:-1]) == whole
+    usage = payloads[-1]["usage"]
+    assert usage["output_tokens"] == 10 and usage["input_token_details"] == {
+        "text_tokens": usage["input_tokens"],
+        "audio_tokens": 0,
+    }
+    # the Gradio demo's gapless stream: stream + stream_format audio, task_type and language, pcm
+    gradio = {**say, "stream": True, "stream_format": "audio", "task_type": "CustomVoice", "language": "Auto"}
+    status, headers, data = upstream_post(server, "/v1/audio/speech", gradio)
+    assert status == 200 and headers["Content-Type"] == "audio/pcm" and data == whole
+
+
+def test_upstreams_batch_client(server):
+    """batch_speech_client.py: items with only their input, the shared voice and format; per-item results."""
+    texts = [HELLO["input"], OTHER["input"]]
+    body = {"items": [{"input": t} for t in texts], "response_format": "wav", "voice": "vivian", "max_new_tokens": 9}
+    body["extra_params"] = {"greedy": True}
+    status, _, data = upstream_post(server, "/v1/audio/speech/batch", body)
+    assert status == 200, data[:300]
+    answer = json.loads(data)
+    assert (answer["total"], answer["succeeded"], answer["failed"]) == (2, 2, 0) and answer["id"].startswith(
+        "speech-batch-"
+    )
+    for result, text in zip(answer["results"], texts, strict=True):
+        assert result["status"] == "success" and result["media_type"] == "audio/wav" and "error" not in result
+        alone = upstream_post(server, "/v1/audio/speech", {**body, "items": None, "input": text})[2]
+        assert base64.b64decode(result["audio_data"]) == alone  # each item as the same request alone
+        assert result["usage"]["output_tokens"] == 8
+    mixed = {**body, "items": [{"input": "Fine."}, {"input": "  "}, {"input": "Also.", "voice": "Nobody"}]}
+    answer = json.loads(upstream_post(server, "/v1/audio/speech/batch", mixed)[2])
+    assert [r["status"] for r in answer["results"]] == ["success", "error", "error"]
+    assert "unknown speaker 'Nobody'" in answer["results"][2]["error"] and answer["failed"] == 2
+    for bad, words in (({"items": []}, "1 or more"), ({"items": [{"input": "x"}] * 33}, "at most 32")):
+        status, _, data = upstream_post(server, "/v1/audio/speech/batch", bad)
+        assert status == 400 and words in json.loads(data)["error"]["message"]
+
+
+def upstream_socket(server, config: dict, utterances: list[list[str]], close: bool = True, extra: list = ()):
+    """streaming_speech_client.py's session: one ``session.config``, then per utterance its ``input.text`` pieces
+    and ``input.done``, each read until ``session.done``; then ``session.close``. Returns the messages of each
+    utterance (text messages parsed) and the close code."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    heard: list[list] = []
+    with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}, open_timeout=60) as socket:
+        socket.send(json.dumps({"type": "session.config", **config}))
+        for message in extra:
+            socket.send(json.dumps(message) if isinstance(message, dict) else message)
+        for pieces in utterances:
+            for piece in pieces:
+                socket.send(json.dumps({"type": "input.text", "text": piece}))
+            socket.send(json.dumps({"type": "input.done"}))
+            messages: list = []
+            while True:
+                message = socket.recv(timeout=300)
+                messages.append(message if isinstance(message, bytes) else json.loads(message))
+                if isinstance(messages[-1], dict) and messages[-1]["type"] == "session.done":
+                    break
+            heard.append(messages)
+        if close:
+            socket.send(json.dumps({"type": "session.close"}))
+        try:
+            while True:
+                socket.recv(timeout=30)
+        except ConnectionClosed:
+            pass
+        return heard, socket.close_code
+
+
+UPSTREAM_CONFIG = {"speaker": "Vivian", "task_type": "CustomVoice", "language": "Auto", "response_format": "wav"}
+UPSTREAM_CONFIG |= {"speed": 1.0}  # exactly what streaming_speech_client.py sends by default
+
+
+def test_upstreams_streaming_client_two_utterances_per_connection(server):
+    texts = [HELLO["input"], OTHER["input"]]
+    heard, code = upstream_socket(server, {**UPSTREAM_CONFIG, "max_new_tokens": 9}, [[t] for t in texts])  # its flag
+    assert code == 1000
+    for index, messages in enumerate(heard):
+        kinds = [m if isinstance(m, bytes) else m["type"] for m in messages]
+        assert kinds[0] == "audio.start" and kinds[-2:] == ["audio.done", "session.done"] and len(kinds) == 4
+        assert messages[0]["utterance_index"] == messages[-1]["utterance_index"] == index
+        assert messages[-2]["total_bytes"] == len(messages[1]) and wav_samples(messages[1]).size
+    config = {**UPSTREAM_CONFIG, "max_new_tokens": 9, "greedy": True}
+    heard, code = upstream_socket(server, config, [[t] for t in texts])
+    for index, (messages, text) in enumerate(zip(heard, texts, strict=True)):
+        start, audio, done, session_done = messages
+        assert start == {
+            "type": "audio.start",
+            "utterance_index": index,
+            "sentence_index": 0,
+            "sentence_text": text,
+            "format": "wav",
+            "sample_rate": 24000,
+        }
+        say = {"input": text, "voice": "Vivian", "response_format": "wav", "greedy": True, "max_frames": 8}
+        with server.request("/v1/audio/speech", say) as response:
+            assert audio == response.read()  # one binary message: the whole WAV
+        assert done == {
+            "type": "audio.done",
+            "utterance_index": index,
+            "sentence_index": 0,
+            "total_bytes": len(audio),
+            "error": False,
+            "frames": 8,
+        }
+        assert session_done == {"type": "session.done", "utterance_index": index, "total_sentences": 1}
+    # --stream-audio (with pcm, as upstream requires) and --simulate-stt: word pieces, PCM chunks
+    words = HELLO["input"].split(" ")
+    pieces = [word + " " for word in words[:-1]] + [words[-1]]
+    heard, _ = upstream_socket(server, {**config, "response_format": "pcm", "stream_audio": True}, [pieces])
+    pcm = b"".join(m for m in heard[0] if isinstance(m, bytes))
+    say = {"input": HELLO["input"], "voice": "Vivian", "response_format": "pcm", "greedy": True, "max_frames": 8}
+    with server.request("/v1/audio/speech", say) as response:
+        assert pcm == response.read()
+
+
+def test_upstream_vocabulary_with_streamed_text_and_codec_frames(server, offline_frames):
+    """Our extensions inside upstream's vocabulary: text_mode stream (text into one running request) and
+    edge_hardware (the codec stream of the plan); frames equal the whole text's, as today."""
+    words = HELLO["input"].split(" ")
+    pieces = [word + " " for word in words[:-1]] + [words[-1]]
+    config = {"voice": "Ryan", "language": "English", "greedy": True, "max_frames": 20}
+    config |= {"text_mode": "stream", "edge_hardware": "cpu_x86_64"}
+    heard, code = upstream_socket(server, config, [pieces, pieces])
+    assert code == 1000
+    for messages in heard:
+        assert messages[0]["type"] == "audio.start" and messages[0]["format"] == "codec"
+        stream = [m if isinstance(m, bytes) else json.dumps(m) for m in messages[1:-2]]
+        frames = np.concatenate([e.frames for e in as_recording(stream) if isinstance(e, FrameBatch)])
+        whole = server.codec_frames({**HELLO, "non_streaming_mode": False, "max_frames": 20})
+        np.testing.assert_array_equal(frames, whole)  # the streamed-text layout, whatever the pieces
+        assert messages[-2]["frames"] == 20 and not messages[-2]["error"]
+    buffered = {**config, "text_mode": "buffered"}  # whole text per input.done, the model type's own layout
+    heard, _ = upstream_socket(server, buffered, [[HELLO["input"]]])
+    stream = [m if isinstance(m, bytes) else json.dumps(m) for m in heard[0][1:-2]]
+    frames = np.concatenate([e.frames for e in as_recording(stream) if isinstance(e, FrameBatch)])
+    np.testing.assert_array_equal(frames, offline_frames["hello"][:20])
+
+
+def test_bad_input_in_upstreams_vocabulary_gets_its_error_and_the_session_serves_on(server):
+    config = {**UPSTREAM_CONFIG, "response_format": "pcm", "greedy": True, "max_new_tokens": 4}
+    bad = [
+        {"type": "input.text", "text": 42},
+        {"type": "session.config", "speaker": "Nobody"},
+        {"type": "input.flush"},
+        {"type": "session.config", "response_format": "codec"},
+    ]
+    heard, code = upstream_socket(server, config, [[HELLO["input"]]], extra=bad)
+    errors = [m["message"] for m in heard[0] if isinstance(m, dict) and m["type"] == "error"]
+    assert len(errors) == 4 and "string text" in errors[0] and "unknown speaker 'Nobody'" in errors[1]
+    assert "unknown message type 'input.flush'" in errors[2] and "needs edge_hardware" in errors[3]
+    assert [m["type"] for m in heard[0] if isinstance(m, dict)][-3:] == ["audio.start", "audio.done", "session.done"]
+    assert code == 1000  # the refused config left the first one in place: pcm, vivian
+    # before a valid session.config every error ends the session, with the error first
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    for first, code_expected, words in (
+        ({"type": "input.text", "text": "hi"}, 4400, "must be session.config"),
+        ({"type": "session.config", "edge_hardware": "npu_phone"}, 4404, "not served here"),
+        (
+            {"type": "session.config", "ref_audio": "http://localhost:1/a.wav"},
+            4400,
+            "task_type Base",
+        ),
+    ):
+        with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}, open_timeout=60) as socket:
+            socket.send(json.dumps(first))
+            error = json.loads(socket.recv(timeout=60))
+            with pytest.raises(ConnectionClosed):
+                socket.recv(timeout=30)
+            assert error["type"] == "error" and words in error["message"]
+            assert socket.close_code == code_expected
+    assert running_requests(server) == 0

@@ -14,16 +14,19 @@ from __future__ import annotations
 import base64
 import contextlib
 import http.client
+import http.server
 import io
 import json
 import shutil
 import socket
 import stat
+import threading
 import urllib.error
 import urllib.request
 import wave
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -66,24 +69,66 @@ def base_checkpoint(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFa
     return write_talker_files(out, "tiny", seed=3, model_type="base")
 
 
+class _Media(http.server.BaseHTTPRequestHandler):
+    """Reference audio on loopback, as a client's media host: ``/clip.wav`` (the server's ``clip``), ``/moved``
+    (a redirect within the host), ``/elsewhere`` (a redirect to ``localhost``, another host)."""
+
+    def do_GET(self):
+        port = self.server.server_address[1]
+        where = {"/moved": "/clip.wav", "/elsewhere": f"http://localhost:{port}/clip.wav"}.get(self.path)
+        if self.path == "/clip.wav":
+            self.send_response(200)
+            self.send_header("Content-Type", "audio/wav")
+            self.send_header("Content-Length", str(len(self.server.clip)))
+            self.end_headers()
+            self.wfile.write(self.server.clip)
+            return
+        self.send_response(302 if where else 404)
+        if where:
+            self.send_header("Location", where)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
 @pytest.fixture(scope="module")
-def server(base_checkpoint: Path, talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, shared_plans):
+def media(clip: bytes, tmp_path_factory: pytest.TempPathFactory):
+    """A loopback media host serving ``clip`` (its base URL), and a directory holding it (for
+    ``--allowed-local-media-path``)."""
+    host = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Media)
+    host.clip = clip
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    directory = tmp_path_factory.mktemp("media")
+    (directory / "clip.wav").write_bytes(clip)
+    yield SimpleNamespace(url=f"http://127.0.0.1:{host.server_address[1]}", directory=directory)
+    host.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server(
+    base_checkpoint: Path, talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, shared_plans, media
+):
     work = tmp_path_factory.mktemp("voice-serve")
     shared_plans.copy_to(talker_checkpoint, "cpu_x86_64", work / "artifacts" / "cpu_x86_64")
     extra = ["--speech-max-voices", "3", "--api-server-count", "2"]
+    # ref_audio URLs: the loopback media host only (named, so its private address is allowed), files under media/
+    extra += ["--allowed-media-domains", "127.0.0.1", "--allowed-local-media-path", str(media.directory)]
     with running_server(base_checkpoint, work, "cpu_x86_64", extra) as server:
         yield server
 
 
-def multipart(fields: dict, audio: bytes | None) -> tuple[bytes, str]:
-    """A voice upload as multipart/form-data: the body and its Content-Type."""
+def multipart(fields: dict, audio: bytes | None, field: str = "audio") -> tuple[bytes, str]:
+    """A voice upload as multipart/form-data, the audio as the file ``field`` (ours: ``audio``; upstream's:
+    ``audio_sample``): the body and its Content-Type."""
     boundary = "----voice-test-boundary"
     parts = [
         f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
         for name, value in fields.items()
     ]
     if audio is not None:
-        head = f'--{boundary}\r\nContent-Disposition: form-data; name="audio"; filename="ref.wav"\r\n'
+        head = f'--{boundary}\r\nContent-Disposition: form-data; name="{field}"; filename="ref.wav"\r\n'
         parts.append(head.encode() + b"Content-Type: audio/wav\r\n\r\n" + audio + b"\r\n")
     return b"".join(parts) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
 
@@ -104,12 +149,17 @@ def upload(server, fields: dict, audio: bytes | None) -> tuple[int, dict]:
 def test_an_uploaded_voice_gives_the_frames_of_its_audio_sent_inline(server, clip, base_checkpoint):
     consent = "the espeak-ng voice, synthetic"
     status, made = upload(server, {"name": "alice", "ref_text": REFERENCE_TEXT, "consent": consent}, clip)
-    assert status == 201 and made["mode"] == "in_context" and made["reference_frames"] == 100, made
+    assert status == 200 and made["success"], made
+    made = made["voice"]
+    assert made["mode"] == "in_context" and made["reference_frames"] == 100 and made["file_size"] == len(clip)
+    assert made["mime_type"] == "audio/wav" and made["consent"] == consent and made["embedding_source"] == "audio"
     status, made = upload(server, {"name": "bob", "x_vector_only_mode": "true", "consent": consent}, clip)
-    assert status == 201 and made["mode"] == "x_vector"
+    assert status == 200 and made["voice"]["mode"] == "x_vector"
     with server.request("/v1/audio/voices") as response:
-        listed = {voice["name"]: voice for voice in json.loads(response.read())["voices"]}
+        answer = json.loads(response.read())
+    listed = {voice["name"]: voice for voice in answer["uploaded_voices"]}
     assert set(listed) == {"alice", "bob"} and listed["alice"]["ref_text"] == REFERENCE_TEXT
+    assert answer["voices"] == ["alice", "bob", "default"]
 
     inline = base64.b64encode(clip).decode()
     by_name = server.codec_frames({**SAY, "voice": "alice"})
@@ -134,17 +184,17 @@ def test_an_uploaded_voice_gives_the_frames_of_its_audio_sent_inline(server, cli
 def test_voice_uploads_and_cloning_requests_refused_with_reasons(server, clip):
     consent = {"consent": "synthetic"}
     for fields, audio, expected in (
-        ({"name": "alice", **consent, "ref_text": REFERENCE_TEXT}, clip, (409, "exists")),
         ({"name": "../../etc", **consent}, clip, (400, "a voice name is 1-64 letters")),
         ({"name": "carol", "ref_text": REFERENCE_TEXT}, clip, (400, "consent is required")),
-        ({"name": "carol", **consent}, None, (400, "audio is required")),
-        ({"name": "carol", **consent}, clip, (400, "needs ref_text")),
+        ({"name": "carol", **consent}, None, (400, "give one of audio_sample")),
+        ({"name": "carol", **consent, "speaker_embedding": "[0.5, 1.5]"}, clip, (400, "give one of audio_sample")),
+        ({"name": "carol", **consent, "speaker_embedding": "[0.5, 1.5]"}, None, (400, "speaker_embedding must be")),
         ({"name": "carol", **consent, "ref_text": "x"}, b"RIFF not really a wav", (400, "ref_audio: ")),
     ):
         status, answer = upload(server, fields, audio)
         assert (status, expected[1] in answer["error"]["message"]) == (expected[0], True), (fields, answer)
     for body, expected in (
-        ({**SAY, "ref_audio": "https://example.com/me.wav", "ref_text": "x"}, "does not fetch URLs"),
+        ({**SAY, "ref_audio": "https://example.com/me.wav", "ref_text": "x"}, "not among the allowed media domains"),
         ({**SAY, "ref_audio": "not base64!"}, "not base64"),
         ({**SAY, "ref_text": "words"}, "give the reference audio too"),
         ({**SAY, "speaker_embedding": [0.5, 1.5]}, "speaker_embedding must be"),
@@ -169,7 +219,7 @@ def test_hostile_uploads_leave_the_server_and_the_store_healthy(server, clip):
             answer = client.recv(65536).decode(errors="replace")
         assert answer.startswith("HTTP/1.1 413"), answer[:300]
     status, _ = upload(server, {"name": "carol", "x_vector_only_mode": "true", "consent": "synthetic"}, clip)
-    assert status == 201  # the third voice: the store holds 3 (--speech-max-voices 3)
+    assert status == 200  # the third voice: the store holds 3 (--speech-max-voices 3)
     status, answer = upload(server, {"name": "dave", "x_vector_only_mode": "true", "consent": "synthetic"}, clip)
     assert status == 507 and "the voice store is full" in answer["error"]["message"]
     assert not (server.artifacts / "voices" / "dave.safetensors").exists()
@@ -182,7 +232,7 @@ def test_hostile_uploads_leave_the_server_and_the_store_healthy(server, clip):
         "consent": "synthetic",
     }
     with server.request("/v1/audio/voices", body) as response:  # JSON, the audio as base64
-        assert response.status == 201 and json.loads(response.read())["mode"] == "x_vector"
+        assert response.status == 200 and json.loads(response.read())["voice"]["mode"] == "x_vector"
     with _delete(server, "dana") as response:
         assert response.status == 200
     voices = sorted(p.name for p in (server.artifacts / "voices").iterdir())
@@ -221,29 +271,40 @@ def test_a_cloned_voice_decodes_on_the_device_as_any_voice(server, base_checkpoi
 
 def test_a_deleted_voice_is_gone(server):
     with _delete(server, "bob") as response:
-        assert json.loads(response.read()) == {"deleted": "bob"}
+        assert json.loads(response.read()) == {"success": True, "message": "Voice 'bob' deleted successfully"}
+    with pytest.raises(urllib.error.HTTPError) as gone:
+        _delete(server, "bob")
+    assert gone.value.code == 404 and "no uploaded voice named 'bob'" in gone.value.read().decode()
     assert not (server.artifacts / "voices" / "bob.safetensors").exists()
     status, message = server.error("/v1/audio/speech", {**SAY, "voice": "bob", "response_format": "pcm"})
     assert status == 400 and "no preset speakers" in message
 
 
-def test_one_upload_of_a_name_wins_and_the_limits_hold_across_api_servers(server, clip):
-    """Uploads at the same moment, through both API server processes: of two of one name, one is stored and
-    the other is a 409; of 20 different names, only as many as the store has room for. Voice files are private."""
+def test_uploads_of_one_name_replace_it_whole_and_the_limits_hold_across_api_servers(server, clip):
+    """Uploads at the same moment, through both API server processes: of two of one name with different audio,
+    both answer 200 and the voice kept speaks as one of them, whole (upstream's re-upload replaces; a request
+    speaks the old or the new voice, never a mix); of 20 different names, only as many as the store has room
+    for. Voice files are private."""
     directory = server.artifacts / "voices"
     kept = {p.name for p in directory.glob("*.safetensors")}  # alice, from the tests above
     x_vector = {"x_vector_only_mode": "true", "consent": "synthetic"}
+    other = first_fifth_second("ref_b_22k.wav")
+    inline = [
+        server.codec_frames({**SAY, "ref_audio": base64.b64encode(audio).decode(), "x_vector_only_mode": True})
+        for audio in (clip, other)
+    ]
     with ThreadPoolExecutor(20) as pool:
-        answers = list(pool.map(lambda _: upload(server, {"name": "frank", **x_vector}, clip), range(2)))
-        assert sorted(status for status, _ in answers) == [201, 409], answers
-        assert "exists" in next(answer for status, answer in answers if status == 409)["error"]["message"]
+        answers = list(pool.map(lambda audio: upload(server, {"name": "frank", **x_vector}, audio), (clip, other)))
+        assert [status for status, _ in answers] == [200, 200], answers
+        spoken = server.codec_frames({**SAY, "voice": "frank"})
+        assert any(np.array_equal(spoken, frames) for frames in inline)
         with _delete(server, "frank") as response:
             assert response.status == 200
         names = [f"crowd-{i:02d}" for i in range(20)]
         answers = list(pool.map(lambda name: upload(server, {"name": name, **x_vector}, clip), names))
     room = 3 - len(kept)  # --speech-max-voices 3
-    assert sorted(status for status, _ in answers) == [201] * room + [507] * (20 - room), answers
-    stored = {f"{name}.safetensors" for name, (status, _) in zip(names, answers, strict=True) if status == 201}
+    assert sorted(status for status, _ in answers) == [200] * room + [507] * (20 - room), answers
+    stored = {f"{name}.safetensors" for name, (status, _) in zip(names, answers, strict=True) if status == 200}
     files = {p.name: stat.S_IMODE(p.stat().st_mode) for p in directory.iterdir()}
     assert files == {name: 0o600 for name in {".lock", *kept, *stored}}  # no temporary left, none readable by others
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
@@ -253,8 +314,8 @@ def test_one_upload_of_a_name_wins_and_the_limits_hold_across_api_servers(server
 
 
 def test_a_voice_replaced_through_one_api_server_is_spoken_anew_by_the_other(server, clip):
-    """``erin`` spoken through both API server processes, then deleted and uploaded again from other audio
-    through one of them (one kept-alive connection): both speak the new voice on their next request."""
+    """``erin`` spoken through both API server processes, then uploaded again from other audio through one of them
+    (replaced in place): both speak the new voice on their next request."""
     other = first_fifth_second("ref_b_22k.wav")
     inline = {
         audio: server.codec_frames({**SAY, "ref_audio": base64.b64encode(audio).decode(), "x_vector_only_mode": True})
@@ -262,23 +323,19 @@ def test_a_voice_replaced_through_one_api_server_is_spoken_anew_by_the_other(ser
     }
     assert not np.array_equal(inline[clip], inline[other])
     fields = {"name": "erin", "x_vector_only_mode": "true", "consent": "synthetic"}
-    assert upload(server, fields, clip)[0] == 201
+    assert upload(server, fields, clip)[0] == 200
     for frames in _spoken_by_each_api_server(server, {**SAY, "voice": "erin"}).values():
         np.testing.assert_array_equal(frames, inline[clip])  # each process has read erin's first file
     host, port = server.url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=120)  # one connection: one process
     try:
         headers = {"Authorization": f"Bearer {KEY}"}
-        connection.request("DELETE", "/v1/audio/voices/erin", headers=headers)
-        response = connection.getresponse()
-        assert (response.status, json.loads(response.read())) == (200, {"deleted": "erin"})
-        replaced_by = _api_server_of(server, connection)
-        body, kind = multipart(fields, other)
+        body, kind = multipart(fields, other)  # uploaded again under its name: replaced, as upstream's
         connection.request("POST", "/v1/audio/voices", body, {**headers, "Content-Type": kind})
         response = connection.getresponse()
-        assert response.status == 201, response.read()
+        assert response.status == 200, response.read()
         response.read()
-        assert _api_server_of(server, connection) == replaced_by  # the same process deleted and uploaded
+        replaced_by = _api_server_of(server, connection)
     finally:
         connection.close()
     spoken = _spoken_by_each_api_server(server, {**SAY, "voice": "erin"})
@@ -334,3 +391,111 @@ def _delete(server, name: str):
     request = urllib.request.Request(server.url + f"/v1/audio/voices/{name}", method="DELETE")
     request.add_header("Authorization", f"Bearer {KEY}")
     return urllib.request.urlopen(request, timeout=60)
+
+
+# -- upstream vLLM-Omni's clients on a Base checkpoint ------------------------------------------------------------
+
+
+def upstream_post(server, path: str, body: dict) -> tuple[int, bytes]:
+    request = urllib.request.Request(server.url + path, data=json.dumps(body).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    request.add_header("Authorization", f"Bearer {KEY}")
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_upstreams_openai_client_clones_from_every_kind_of_ref_audio(server, clip, media, base_checkpoint):
+    """openai_speech_client.py with --task-type Base: voice (always sent, "vivian"), ref_audio as a data URL (a
+    local file it reads), a file:// URL and an http URL on an allowed host, in-context and x-vector; the same
+    audio gives the same speech whatever the form."""
+    say = {"model": str(base_checkpoint), "input": SAY["input"], "voice": "vivian", "response_format": "wav"}
+    say |= {"task_type": "Base", "language": "English", "max_new_tokens": 9, "extra_params": {"greedy": True}}
+    data_url = f"data:audio/wav;base64,{base64.b64encode(clip).decode()}"
+    urls = (data_url, (media.directory / "clip.wav").as_uri(), media.url + "/clip.wav", media.url + "/moved")
+    for mode in ({"ref_text": REFERENCE_TEXT}, {"x_vector_only_mode": True}):
+        answers = [upstream_post(server, "/v1/audio/speech", {**say, "ref_audio": url, **mode}) for url in urls]
+        assert [status for status, _ in answers] == [200] * len(urls), answers[-1][1][:300]
+        assert len({data for _, data in answers}) == 1
+    # without task_type: ref_audio makes it Base (upstream's inference); a Base checkpoint's "default" is no voice
+    inferred = {**say, "task_type": None, "voice": "default", "ref_audio": data_url, "ref_text": REFERENCE_TEXT}
+    assert upstream_post(server, "/v1/audio/speech", inferred)[0] == 200
+    refusals = (
+        (media.url.replace("127.0.0.1", "localhost") + "/clip.wav", "not among the allowed media domains"),
+        (media.url + "/elsewhere", "redirects to another host"),
+        (media.url + "/nothing.wav", "HTTP 404"),
+        ((media.directory.parent / "elsewhere.wav").as_uri(), "must lie under --allowed-local-media-path"),
+        ("ftp://127.0.0.1/clip.wav", "ftp:// is not fetched"),
+    )
+    for url, words in refusals:
+        status, data = upstream_post(server, "/v1/audio/speech", {**say, "ref_audio": url, "ref_text": REFERENCE_TEXT})
+        assert status == 400 and words in json.loads(data)["error"]["message"], (url, data[:300])
+    with server.request("/health") as response:
+        assert response.status == 200
+
+
+def test_upstreams_batch_client_clones_one_voice_for_every_item(server, clip, base_checkpoint):
+    data_url = f"data:audio/wav;base64,{base64.b64encode(clip).decode()}"
+    body = {"items": [{"input": "One."}, {"input": "Two, and three."}], "response_format": "wav", "voice": "vivian"}
+    body |= {"task_type": "Base", "ref_audio": data_url, "ref_text": REFERENCE_TEXT, "max_new_tokens": 5}
+    status, data = upstream_post(server, "/v1/audio/speech/batch", body)
+    answer = json.loads(data)
+    assert status == 200 and answer["succeeded"] == 2, answer
+    assert all(r["usage"]["input_token_details"]["audio_tokens"] == 100 for r in answer["results"])  # in context
+
+
+def test_upstreams_voices_round_trip(server, clip, base_checkpoint):
+    """Upload (multipart audio_sample, consent, name, ref_text, speaker_description), list, speak, upload again
+    (replaced), an embedding upload, delete: upstream's shapes throughout."""
+    from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import Qwen3TTSConfig
+
+    fields = {"consent": "synthetic", "name": "gina", "ref_text": REFERENCE_TEXT, "speaker_description": "calm"}
+    body, kind = multipart(fields, clip, field="audio_sample")
+    request = urllib.request.Request(server.url + "/v1/audio/voices", data=body, method="POST")
+    request.add_header("Content-Type", kind)
+    request.add_header("Authorization", f"Bearer {KEY}")
+    with urllib.request.urlopen(request, timeout=120) as response:
+        answer = json.loads(response.read())
+    assert response.status == 200 and answer["success"] is True
+    assert {k: answer["voice"][k] for k in ("name", "consent", "ref_text", "speaker_description")} == fields
+    with server.request("/v1/audio/voices") as response:
+        listed = json.loads(response.read())
+    assert "gina" in listed["voices"] and "default" in listed["voices"]
+    assert next(v for v in listed["uploaded_voices"] if v["name"] == "gina")["speaker_description"] == "calm"
+    say = {"input": SAY["input"], "voice": "gina", "response_format": "pcm", "max_new_tokens": 5}
+    assert upstream_post(server, "/v1/audio/speech", say)[0] == 200
+    hidden = Qwen3TTSConfig.from_pretrained(base_checkpoint).talker_config.hidden_size
+    embedding = json.dumps([0.01 * i for i in range(hidden)])
+    status, answer = upload(server, {"consent": "synthetic", "name": "gina", "speaker_embedding": embedding}, None)
+    assert status == 200 and answer["voice"]["embedding_source"] == "direct"
+    assert answer["voice"]["embedding_dim"] == hidden and answer["voice"]["mode"] == "x_vector"
+    with _delete(server, "gina") as response:
+        assert json.loads(response.read()) == {"success": True, "message": "Voice 'gina' deleted successfully"}
+
+
+def test_upstream_websocket_clones_a_voice_per_session(server, clip):
+    """streaming_speech_client.py with --task-type Base --ref-audio URL --ref-text: two utterances, one voice."""
+    from websockets.sync.client import connect
+
+    config = {"type": "session.config", "speaker": "Vivian", "task_type": "Base", "language": "English"}
+    config |= {"response_format": "pcm", "speed": 1.0, "max_new_tokens": 6, "greedy": True}
+    config |= {"ref_audio": f"data:audio/wav;base64,{base64.b64encode(clip).decode()}", "ref_text": REFERENCE_TEXT}
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    heard = []
+    with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}, open_timeout=60) as socket:
+        socket.send(json.dumps(config))
+        for text in ("One.", "Two."):
+            socket.send(json.dumps({"type": "input.text", "text": text}))
+            socket.send(json.dumps({"type": "input.done"}))
+            while True:
+                message = socket.recv(timeout=120)
+                if isinstance(message, bytes):
+                    heard.append(message)
+                elif json.loads(message)["type"] == "session.done":
+                    break
+        socket.send(json.dumps({"type": "session.close"}))
+    assert len(heard) == 2
+    body = {k: v for k, v in config.items() if k not in ("type", "speaker")}
+    assert heard[0] == upstream_post(server, "/v1/audio/speech", {**body, "input": "One."})[1]

@@ -148,7 +148,9 @@ class SpeechSession(SocketSession):
     async def run(self, first: dict) -> None:
         with contextlib.suppress(SocketClosed):
             if first["type"] != "session.config":
-                await self.close(CLOSE_BAD_MESSAGE, f"expected session.config first, got {first['type']!r}")
+                await self.close(
+                    CLOSE_BAD_MESSAGE, f"the first message must be session.config (or start), got {first['type']!r}"
+                )
             try:
                 self.settings = await self.configure(first)
             except SpeechApiError as error:
