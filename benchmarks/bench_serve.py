@@ -102,7 +102,7 @@ def one_stream(url: str, mode: str, frames: int, plan_dir: Path) -> dict:
     body |= (
         {"response_format": "codec", "edge_hardware": "cpu_x86_64"}
         if mode == "codec"
-        else {"response_format": "pcm", "stream": True}
+        else {"response_format": "pcm", "stream_format": "audio"}
     )
     request = urllib.request.Request(
         url + "/v1/audio/speech", json.dumps(body).encode(), {"Content-Type": "application/json"}

@@ -10,3 +10,16 @@ turns every one of them into one ``error:`` line instead of a traceback.
 
 class EdgeError(Exception):
     """Base of every error the edge subsystem and the Code2Wav decoder it exports raise on purpose."""
+
+
+class RequestRefused(EdgeError):
+    """A request a server refuses, whichever layer found out why (the talker's prompt builder, the speech API's
+    checks, the voice store): ``status`` (HTTP; 400 unless given) and a message that says what to send instead.
+    The serving routes answer every one with OpenAI's error body, the WebSocket with its message."""
+
+    status = 400
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        if status is not None:
+            self.status = status

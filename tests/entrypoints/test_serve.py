@@ -708,9 +708,9 @@ def upstream_post(server, path: str, body: dict) -> tuple[int, dict, bytes]:
     request.add_header("Authorization", f"Bearer {KEY}")
     try:
         with urllib.request.urlopen(request, timeout=300) as response:
-            return response.status, dict(response.headers), response.read()
+            return response.status, response.headers, response.read()
     except urllib.error.HTTPError as error:
-        return error.code, dict(error.headers), error.read()
+        return error.code, error.headers, error.read()
 
 
 def wav_samples(data: bytes) -> np.ndarray:

@@ -72,6 +72,15 @@ class CodecStreamEncoder:
         self.frames_sent += count
         return header + body
 
+    def marker(self, *, end_of_stream=False, segment_end=False, reset=False) -> bytes:
+        """A frames message with no frames, only its flags (a segment's end, the stream's end, a reset)."""
+        empty = np.zeros((0, self.contract.num_quantizers), dtype=np.int64)
+        return self.frames(empty, end_of_stream=end_of_stream, segment_end=segment_end, reset=reset)
+
+    def finish(self) -> tuple[bytes, bytes]:
+        """The stream's last two messages after its frames: end of stream (binary), then done (text)."""
+        return self.marker(end_of_stream=True), self.done()
+
     def done(self, reason: str = "complete", error: str | None = None) -> bytes:
         last = self.seq - 1 if self.seq else None
         payload = StreamDone(self.frames_sent, last, reason, error).to_json()

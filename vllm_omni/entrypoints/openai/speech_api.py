@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+from vllm_omni.errors import RequestRefused
+
 from .speech_limits import SpeechLimits
 
 CODEC_MEDIA_TYPE = "application/x-qwen3-tts-codec-stream"
@@ -43,12 +45,11 @@ GENERATOR_FIELDS = (
 EXTRA_PARAMS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed", "greedy")
 
 
-class SpeechApiError(Exception):
+class SpeechApiError(RequestRefused):
     """A request the speech routes refuse: ``status`` (HTTP) and a message saying what to send instead."""
 
     def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+        super().__init__(message, status)
 
 
 def speech_body_model() -> Any:

@@ -37,6 +37,8 @@ hand-off's job (:mod:`..cli.serve`), so no exporter, graph or builder module is 
 # WebSocket), imported inside build_router, from the live annotations.
 import uuid
 
+from vllm_omni.errors import RequestRefused
+
 from ..browser.browser_page import BrowserPage, build_page_router
 from ..openai.speech_api import (
     CODEC_MEDIA_TYPE,
@@ -60,7 +62,6 @@ from ..server.speech_streams import (
     usage_headers,
     whole_file,
 )
-from ..voices.voice_store import VoiceStoreError
 from ..websocket.socket_auth import CODEC_SUBPROTOCOL
 from ..websocket.socket_session import CLOSE_NOT_READY, CLOSE_TRY_AGAIN_LATER
 from ..websocket.speech_session import open_session
@@ -217,8 +218,8 @@ def build_router():
 
 
 async def api_error(request, error):
-    """A refusal raised by a route (:class:`SpeechApiError`, :class:`VoiceStoreError`, or the generator's
-    ``SpeechRequestError``, a 400): OpenAI's error body."""
+    """A refusal raised by a route (a :class:`~vllm_omni.errors.RequestRefused`: the speech API's, the voice
+    store's, the talker's): OpenAI's error body."""
     return error_response(getattr(error, "status", 400), str(error))
 
 
@@ -244,10 +245,7 @@ class EdgeEndpointPlugin:
         # vLLM's build_app sets app.state.args first; the hand-off checked the page's files already.
         if "browser" in getattr(getattr(app.state, "args", None), "edge_classes", ()):
             app.include_router(build_page_router(BrowserPage.find()))
-        from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
-
-        for error in (SpeechApiError, VoiceStoreError, SpeechRequestError):
-            app.add_exception_handler(error, api_error)
+        app.add_exception_handler(RequestRefused, api_error)
 
     async def init_state(self, engine_client, state, args) -> None:
         if engine_client is None:

@@ -16,7 +16,7 @@ import base64
 import uuid
 from typing import Any
 
-from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
+from vllm_omni.errors import RequestRefused
 
 from ..openai.speech_api import SpeechApiError, parse_json, speech_body, to_speech_request
 from ..openai.speech_http import error_response, read_body, until_disconnected
@@ -81,8 +81,7 @@ def speech_batch_route(state: Any, speech_model: Any) -> Any:
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # this item's refusal or failure; the others go on
-                refusal = isinstance(error, (SpeechApiError, SpeechRequestError))
-                message = str(error) if refusal else public_error(error)
+                message = str(error) if isinstance(error, RequestRefused) else public_error(error)
                 return {"index": index, "status": "error", "error": message}
             sample_rate = edge.plans.server_decoder.codec.sample_rate
             return {

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vllm_omni.errors import RequestRefused
+
 from .edge_state import EdgeServingState
 
 if TYPE_CHECKING:
@@ -122,9 +124,9 @@ async def codec_stream(
     except Exception as error:  # the stream says what went wrong; the client keeps the audio so far
         yield record(KIND_JSON, encoder.done(reason="error", error=public_error(error)))
         return
-    empty = np.zeros((0, plan.codec.num_quantizers), dtype=np.int64)
-    yield record(KIND_BINARY, encoder.frames(empty, end_of_stream=True))
-    yield record(KIND_JSON, encoder.done())
+    end, done = encoder.finish()
+    yield record(KIND_BINARY, end)
+    yield record(KIND_JSON, done)
 
 
 async def audio_stream(
@@ -252,9 +254,7 @@ def _event(payload: dict) -> bytes:
 
 def public_error(error: BaseException) -> str:
     """What a client is told of a failure inside the server: its kind and our own message, never a trace."""
-    from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
-
-    if isinstance(error, SpeechRequestError):
+    if isinstance(error, RequestRefused):
         return str(error)
     logger.warning("speech request failed: %s: %s", type(error).__name__, error, exc_info=logger.isEnabledFor(10))
     return f"the server failed while speaking ({type(error).__name__}: see the server log)"

@@ -43,6 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vllm_omni.errors import RequestRefused
+
 if TYPE_CHECKING:
     from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import VoiceClonePrompt
 
@@ -54,12 +56,11 @@ TEMP_PREFIX, TEMP_SUFFIX = ".upload-", ".tmp"  # a voice being written; removed 
 DIRECTORY_MODE, FILE_MODE = 0o700, 0o600
 
 
-class VoiceStoreError(ValueError):
+class VoiceStoreError(RequestRefused, ValueError):
     """A voice the store refuses: ``status`` (HTTP) and a message saying what to do."""
 
     def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+        super().__init__(message, status)
 
 
 # What an upload may say of itself besides its vectors (upstream's voice fields), kept in the file's metadata.

@@ -131,7 +131,7 @@ class SocketSession:
     async def voice_template(self, body: Any) -> Any:
         """The session's ``SpeechRequest`` without text: its voice resolved once (an uploaded one read, a reference
         fetched and encoded), and the voice, instruction and language checked against the checkpoint without any
-        tokenization. Raises :class:`SpeechApiError` or ``SpeechRequestError``."""
+        tokenization. Raises a :class:`~vllm_omni.errors.RequestRefused`."""
         import dataclasses
 
         template = to_speech_request(body.model_copy(update={"input": "."}), self.edge.voice_store)

@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from vllm_omni.errors import RequestRefused
+
 from ..openai.speech_api import SpeechApiError, check_text, speech_body
 from ..server.edge_state import EdgeServingState
 from .socket_session import (
@@ -165,8 +167,6 @@ class SpeechSession(SocketSession):
 
     async def configure(self, message: dict) -> SessionSettings:
         """A ``session.config`` checked and its voice resolved; :class:`SpeechApiError` (404: an unserved class)."""
-        from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
-
         edge = self.edge
         fields = {key: value for key, value in message.items() if key != "type"}
         if fields.get("edge_hardware") is not None and fields.setdefault("response_format", "codec") != "codec":
@@ -185,8 +185,8 @@ class SpeechSession(SocketSession):
         plan = edge.plan(config.edge_hardware) if config.edge_hardware is not None else None
         try:
             template = await self.voice_template(config)
-        except SpeechRequestError as error:
-            raise SpeechApiError(400, f"session.config: {error}") from None
+        except RequestRefused as error:
+            raise SpeechApiError(error.status, f"session.config: {error}") from None
         return SessionSettings(config, template, plan)
 
     # -- listening ---------------------------------------------------------------------------------------------
@@ -319,8 +319,6 @@ class SpeechSession(SocketSession):
 
     async def speak_all(self) -> None:
         """The queued utterances in order, each framed by its messages; returns at ``session.close``."""
-        from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
-
         from ..server.speech_streams import public_error
 
         while (utterance := await self.utterances.get()) is not None:
@@ -332,7 +330,7 @@ class SpeechSession(SocketSession):
                         await self.speak(utterance)
                     except (asyncio.CancelledError, SocketClosed):
                         raise
-                    except (SpeechApiError, SpeechRequestError) as error:
+                    except RequestRefused as error:
                         failure = str(error)
                     except Exception as error:
                         failure = public_error(error)
@@ -414,9 +412,9 @@ class SpeechSession(SocketSession):
                 await self.send_bytes(data)
                 utterance.total_bytes += len(data)
                 utterance.frames += len(batch)
-        empty = np.zeros((0, plan.codec.num_quantizers), dtype=np.int64)
-        await self.send_bytes(encoder.frames(empty, end_of_stream=True))
-        await self.send_text(encoder.done().decode())
+        end, done = encoder.finish()
+        await self.send_bytes(end)
+        await self.send_text(done.decode())
 
 
 async def _pieces(queue: asyncio.Queue[str | None]) -> AsyncIterator[str]:

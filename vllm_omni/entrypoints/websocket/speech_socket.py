@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn
 
-import numpy as np
+from vllm_omni.errors import RequestRefused
 
 from ..openai.speech_api import SpeechApiError, check_text, speech_body
 from ..server.edge_state import EdgeServingState
@@ -86,8 +86,6 @@ class SpeechSocket(SocketSession):
             await self._run(start)
 
     async def _run(self, start: dict) -> None:
-        from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
-
         limits = self.edge.limits
         fields = {k: v for k, v in start.items() if k not in ("type", "text_mode")}
         self.text_mode = start.get("text_mode", DEFAULT_TEXT_MODE)
@@ -114,7 +112,7 @@ class SpeechSocket(SocketSession):
             template = await self.voice_template(body)
         except SpeechApiError as error:
             await self.close(CLOSE_BAD_MESSAGE, f"start: {error}")
-        except SpeechRequestError as error:
+        except RequestRefused as error:
             await self.close(CLOSE_BAD_MESSAGE, str(error))
         segmenter = TextSegmenter(limits.max_input_chars)
         if body.input and self.text_mode == "stream":
@@ -260,17 +258,15 @@ class SpeechSocket(SocketSession):
 
     async def finish_stream(self, encoder: Any, plan: Any) -> NoReturn:
         """End of stream, done, close 1000."""
-        empty = np.zeros((0, plan.codec.num_quantizers), dtype=np.int64)
-        await self.send_bytes(encoder.frames(empty, end_of_stream=True))
-        await self.send_text(encoder.done().decode())
+        end, done = encoder.finish()
+        await self.send_bytes(end)
+        await self.send_text(done.decode())
         self.encoder = None
         await self.close(1000, "complete")
 
     async def speak(self, body, template, plan) -> None:
         """The codec stream of the session: start, the frames of its text (:meth:`speak_sentences` or
         :meth:`speak_streamed`), end of stream, done; a request error closes with its message."""
-        from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import SpeechRequestError
-
         from ..server.speech_streams import public_error
 
         encoder = await self.start_stream(plan)
@@ -281,7 +277,7 @@ class SpeechSocket(SocketSession):
                 await self.speak_sentences(encoder, body, template, plan)
         except (asyncio.CancelledError, SocketClosed):
             raise
-        except SpeechRequestError as error:  # text the checkpoint cannot speak (too long for the engine, empty)
+        except RequestRefused as error:  # text the checkpoint cannot speak (too long for the engine, empty)
             await self.close(CLOSE_BAD_MESSAGE, str(error))
         except Exception as error:  # the done message says what went wrong
             await self.close(1011, public_error(error))
@@ -291,7 +287,6 @@ class SpeechSocket(SocketSession):
         """Sentence mode: each sentence through the talker as its own request, each a segment."""
         from ..server.speech_streams import frame_batches
 
-        empty = np.zeros((0, plan.codec.num_quantizers), dtype=np.int64)
         while (text := await self.segments.get()) is not None:
             self.speaking = True
             self.queued_chars -= len(text)
@@ -301,7 +296,7 @@ class SpeechSocket(SocketSession):
             async with contextlib.aclosing(frame_batches(frames, body.frames_per_message)) as batches:
                 async for piece in batches:
                     await self.send_bytes(encoder.frames(piece))
-            await self.send_bytes(encoder.frames(empty, segment_end=True))
+            await self.send_bytes(encoder.marker(segment_end=True))
             self.speaking = False
 
     async def speak_streamed(self, encoder, body, template) -> None:

@@ -29,6 +29,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_omni.errors import RequestRefused
+
 from .configuration_qwen3_tts import Qwen3TTSConfig
 from .engine_contract import SPEAKER_SLOT, VOICE_SLOTS, encode_prompt_id, encode_voice_id
 
@@ -39,8 +41,8 @@ END = "<|im_end|>\n<|im_start|>assistant\n"
 ROLE_TOKENS = 3
 
 
-class SpeechRequestError(ValueError):
-    """A speech request that cannot be served; the message says what is allowed."""
+class SpeechRequestError(RequestRefused, ValueError):
+    """A speech request that cannot be served (a 400); the message says what is allowed."""
 
 
 @dataclass(frozen=True)
