@@ -187,7 +187,8 @@ def test_the_server_reads_voice_files_off_its_event_loop(tmp_path, monkeypatch):
     of a voice file happens on a worker thread, never on the event loop."""
     from vllm_omni.entrypoints.openai.speech_api import speech_body_model, to_speech_request
     from vllm_omni.entrypoints.openai.speech_limits import SpeechLimits
-    from vllm_omni.entrypoints.server.edge_state import EdgeServingState
+    from vllm_omni.entrypoints.server.speech_service import SpeechService
+    from vllm_omni.entrypoints.voices.voice_service import VoiceService
 
     store(tmp_path).save("alice", voice(), "synthetic")
     reads = []
@@ -203,24 +204,25 @@ def test_the_server_reads_voice_files_off_its_event_loop(tmp_path, monkeypatch):
 
     monkeypatch.setattr(VoiceStore, "_read", watched)
     config = SimpleNamespace(tts_model_type="base", talker_config=SimpleNamespace(spk_is_dialect={}))
-    edge = EdgeServingState(None, {}, SimpleNamespace(config=config), SpeechLimits(), ("m",), None, store(tmp_path))
+    voices = VoiceService(store(tmp_path))
+    speech = SpeechService(SimpleNamespace(config=config), SpeechLimits(), ("m",), None, voices)
     body = speech_body_model()
 
     async def speak(**fields):
-        request = to_speech_request(body.model_validate({"input": "Hi", **fields}), edge.voice_store)
-        return await edge.resolve_voice(request)
+        request = to_speech_request(body.model_validate({"input": "Hi", **fields}), voices.store)
+        return await speech.resolve_voice(request)
 
     async def serve():
         request = await speak(voice="alice")
         assert reads and all(where == "off the loop" for where, _ in reads), reads
         store(tmp_path).delete("alice")  # and uploaded again, through another process
         store(tmp_path).save("alice", voice(offset=1.0), "synthetic")
-        listed = await edge.voices()
+        listed = await speech.voice_list()
         again, nobody = await speak(voice="alice"), await speak(voice="nobody")
         with pytest.raises(SpeechRequestError, match="give one voice to clone: uploaded_voice and speaker_embedding"):
             await speak(voice="alice", speaker_embedding=[0.0] * HIDDEN)
-        await edge.voice_files(edge.voice_store.check_room, "bob")
-        await edge.voice_files(edge.voice_store.delete, "alice")
+        await voices.files(voices.store.check_room, "bob")
+        await voices.files(voices.store.delete, "alice")
         return request, listed, again, nobody
 
     request, listed, again, nobody = asyncio.run(serve())

@@ -84,7 +84,7 @@ class SpeechRequest:
     speaker_embedding: Sequence[float] | None = None
     voice: VoiceClonePrompt | None = None
     # The name of an uploaded voice (a server's /v1/audio/voices): the server reads it into ``voice``, off its
-    # event loop, before the request is built (EdgeServingState.resolve_voice).
+    # event loop, before the request is built (SpeechService.resolve_voice).
     uploaded_voice: str | None = None
 
     def check_one_voice(self) -> None:
@@ -136,7 +136,7 @@ class _SpeechFrontend:
     def voice_prompt(self, request: SpeechRequest) -> VoiceClonePrompt | None:
         """The voice ``request`` clones (``None`` for a preset or designed voice). Encoding reference audio is
         CPU work (the speaker encoder and the speech tokenizer's encoder): a server runs this off its loop."""
-        if request.uploaded_voice is not None:  # a server reads it first (EdgeServingState.resolve_voice)
+        if request.uploaded_voice is not None:  # a server reads it first (SpeechService.resolve_voice)
             raise SpeechRequestError(f"the uploaded voice {request.uploaded_voice!r} was not read")
         request.check_one_voice()
         if request.voice is not None:

@@ -294,7 +294,7 @@ def to_speech_request(body: Any, voices: Any = None) -> Any:
     ``SpeechRequest``. Where there are uploaded voices (``voices``, a :class:`~..voices.voice_store.VoiceStore`:
     Base checkpoints, which have no preset speakers), ``voice`` names one: the request carries the name as
     ``uploaded_voice``, and the server reads the voice off its event loop
-    (:meth:`..server.edge_state.EdgeServingState.resolve_voice`); nothing is read or fetched here."""
+    (:meth:`..server.speech_service.SpeechService.resolve_voice`); nothing is read or fetched here."""
     from ..generation.speech import SpeechRequest
 
     generator = {name: getattr(body, name) for name in GENERATOR_FIELDS}

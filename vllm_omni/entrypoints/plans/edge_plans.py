@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_omni.edge.errors import EdgeError
 from vllm_omni.edge.hardware import get_hardware_class
-from vllm_omni.edge.plan.model import ExecPlan
+from vllm_omni.edge.plan.model import PLAN_NAME, ExecPlan
+from vllm_omni.errors import RequestRefused
 
 
 class EdgeServingError(EdgeError):
@@ -24,10 +25,21 @@ class EdgeServingError(EdgeError):
 
 @dataclass(frozen=True)
 class ServedPlans:
-    """Published plans by class name, and the CPU plan the server decodes PCM with."""
+    """The plans feature of one API server process: published plans by class name (and each plan file's bytes, as
+    served), and the CPU plan the server decodes PCM with."""
 
     published: dict[str, ExecPlan]
     server_decoder: ExecPlan
+    plan_bytes: dict[str, bytes] = field(default_factory=dict)
+
+    def plan(self, name: str) -> ExecPlan:
+        """The published plan of class ``name``; a 404 naming the served classes otherwise (the plan routes answer
+        it, a WebSocket closes with its text and code 4404)."""
+        plan = self.published.get(name)
+        if plan is None:
+            served = ", ".join(self.published) or "none"
+            raise RequestRefused(f"hardware class {name!r} is not served here; served: {served}", 404)
+        return plan
 
 
 def server_cpu_class() -> str:
@@ -51,4 +63,5 @@ def load_served_plans(classes: Sequence[str], artifacts: Path) -> ServedPlans:
     published = {name: ExecPlan.load(artifacts / name, check_sha256=False) for name in classes}
     cpu = server_cpu_class()
     decoder = published.get(cpu) or ExecPlan.load(artifacts / cpu, check_sha256=False)
-    return ServedPlans(published, decoder)
+    plan_bytes = {name: (plan.directory / PLAN_NAME).read_bytes() for name, plan in published.items()}
+    return ServedPlans(published, decoder, plan_bytes)

@@ -29,7 +29,7 @@ A vLLM endpoint plugin (``vllm.endpoint_plugins`` entry point ``vllm_omni_edge``
 The text-generation routes vLLM mounts (chat, completions, messages, responses, tokenize) answer 404 with
 what to use instead: the talker generates codec frames, not text.
 
-An API server process loads plans only (:mod:`..server.edge_state`); building them is the start-up
+An API server process loads plans only (:mod:`..server.serving_state`); building them is the start-up
 hand-off's job (:mod:`..cli.serve`), so no exporter, graph or builder module is imported here.
 """
 
@@ -50,8 +50,8 @@ from ..openai.speech_api import (
     to_speech_request,
 )
 from ..openai.speech_http import collect_unless_disconnected, error_response, not_modified, read_body
-from ..server.edge_state import EdgeServingState, load_edge_state
 from ..server.server_logs import quiet_known_noise
+from ..server.serving_state import ServingState, load_serving_state
 from ..server.speech_streams import (
     audio_stream,
     codec_stream,
@@ -68,6 +68,7 @@ from ..websocket.speech_session import open_session
 from .speech_batch import speech_batch_route
 from .voice_uploads import save_voice
 
+STATE_ATTRIBUTE = "omni_serving"  # app.state's attribute: this process's ServingState
 # vLLM's text routes (prefixes): a talker makes codec frames, so each answers 404 saying what to use.
 TEXT_ROUTES = (
     "/v1/chat/completions",
@@ -90,33 +91,31 @@ def build_router():
     router = APIRouter()
     speech_model = speech_body_model()
 
-    def state(request: Request) -> EdgeServingState:
-        edge = getattr(request.app.state, "omni_edge", None)
-        if edge is None:
-            raise SpeechApiError(503, "the edge routes are not initialised (the server was not started with --omni)")
-        return edge
+    def state(request: Request) -> ServingState:
+        serving = getattr(request.app.state, STATE_ATTRIBUTE, None)
+        if serving is None:
+            raise SpeechApiError(503, "the speech routes are not initialised (the server was not started with --omni)")
+        return serving
 
     @router.get("/v1/edge/hardware")
     @router.head("/v1/edge/hardware")
     async def hardware(request: Request):
-        edge = state(request)
         rows = [
             {"name": name, "plan_id": plan.plan_id, "graph_kind": plan.graph_kind, "backend": plan.backend}
-            for name, plan in edge.plans.published.items()
+            for name, plan in state(request).plans.published.items()
         ]
         return JSONResponse({"classes": rows})
 
     async def plan(request: Request, name: str):
-        edge = state(request)
-        plan = edge.plan(name)
+        plans = state(request).plans
+        plan = plans.plan(name)
         etag = f'"{plan.plan_id}"'
         if not_modified(request, etag):
             return Response(status_code=304, headers={"ETag": etag})
-        return Response(edge.plan_bytes[name], media_type="application/json", headers={"ETag": etag})
+        return Response(plans.plan_bytes[name], media_type="application/json", headers={"ETag": etag})
 
     async def artifact(request: Request, name: str, artifact: str):
-        edge = state(request)
-        plan = edge.plan(name)
+        plan = state(request).plans.plan(name)
         files = plan.files()
         if artifact not in files:  # nothing from the request reaches the filesystem unless the plan lists it
             raise SpeechApiError(404, f"{artifact!r} is not an artifact of the {name} plan; listed: {', '.join(files)}")
@@ -135,38 +134,38 @@ def build_router():
 
     @router.get("/v1/audio/voices")
     async def voices(request: Request):
-        return JSONResponse(await state(request).voices())
+        return JSONResponse(await state(request).speech.voice_list())
 
     @router.post("/v1/audio/voices")
     async def upload_voice(request: Request):
-        stored = await save_voice(request, state(request))
+        stored = await save_voice(request, state(request).speech)
         return JSONResponse({"success": True, "voice": stored.describe()})
 
     @router.delete("/v1/audio/voices/{name}")
     async def delete_voice(request: Request, name: str):
-        edge = state(request)
-        await edge.voice_files(edge.uploads().delete, name)
+        voices = state(request).voices
+        await voices.files(voices.uploads().delete, name)
         return JSONResponse({"success": True, "message": f"Voice '{name}' deleted successfully"})
 
     @router.post("/v1/audio/speech")
     async def speech(request: Request):
-        edge = state(request)
+        serving = state(request)
+        speech = serving.speech
         request_id = f"speech-{uuid.uuid4().hex}"
-        data = parse_json(await read_body(request, edge.limits.max_body_bytes))
-        body = speech_body(speech_model, data, edge.limits, edge.served_models, edge.generator.config)
-        plan = edge.plan(body.edge_hardware) if body.response_format == "codec" else None
-        prepared = await edge.prepare(to_speech_request(body, edge.voice_store), request_id)  # tokenized off the loop
+        data = parse_json(await read_body(request, speech.limits.max_body_bytes))
+        body = speech_body(speech_model, data, speech.limits, speech.served_models, speech.config)
+        plan = serving.plans.plan(body.edge_hardware) if body.response_format == "codec" else None
+        prepared = await speech.prepare(to_speech_request(body, speech.voices.store), request_id)  # off the loop
         fmt = body.response_format
         if plan is not None:
-            stream = codec_stream(edge, plan, prepared, request_id, body.frames_per_message, body.first_frames)
+            stream = codec_stream(speech, plan, prepared, request_id, body.frames_per_message, body.first_frames)
             return StreamingResponse(stream, media_type=CODEC_MEDIA_TYPE, headers={"X-Plan-Id": plan.plan_id})
-        sample_rate = edge.plans.server_decoder.codec.sample_rate
-        headers = {"X-Sample-Rate": str(sample_rate)}
+        headers = {"X-Sample-Rate": str(speech.sample_rate)}
         if body.sse:
-            events = sse_events(edge, prepared, request_id, fmt, body.speed, body.first_frames)
+            events = sse_events(speech, prepared, request_id, fmt, body.speed, body.first_frames)
             return StreamingResponse(events, media_type=SSE_MEDIA_TYPE, headers=headers)
         counts: dict[str, int] = {}
-        audio = audio_stream(edge, prepared, request_id, fmt, body.speed, counts, body.first_frames)
+        audio = audio_stream(speech, prepared, request_id, fmt, body.speed, counts, body.first_frames)
         if body.streamed:
             return StreamingResponse(streamed(audio), media_type=AUDIO_FORMATS[fmt], headers=headers)
         try:
@@ -176,32 +175,34 @@ def build_router():
         if data is None:  # the client left: nothing to answer, and the engine request is aborted
             return Response(status_code=499)
         headers |= usage_headers(usage(prepared, counts["frames"]))
-        return Response(whole_file(data, fmt, sample_rate), media_type=AUDIO_FORMATS[fmt], headers=headers)
+        return Response(whole_file(data, fmt, speech.sample_rate), media_type=AUDIO_FORMATS[fmt], headers=headers)
 
-    router.add_api_route("/v1/audio/speech/batch", speech_batch_route(state, speech_model), methods=["POST"])
+    batch = speech_batch_route(lambda request: state(request).speech, speech_model)
+    router.add_api_route("/v1/audio/speech/batch", batch, methods=["POST"])
 
     @router.websocket("/v1/audio/speech/stream")
     async def speech_socket(socket: WebSocket):
-        edge = getattr(socket.app.state, "omni_edge", None)
-        if edge is not None and not edge.origin_allowed(socket.headers.get("origin"), socket.headers.get("host")):
+        serving = getattr(socket.app.state, STATE_ATTRIBUTE, None)
+        gate = serving.sockets if serving is not None else None
+        if gate is not None and not gate.origin_allowed(socket.headers.get("origin"), socket.headers.get("host")):
             await socket.close(code=1008)  # before accept: the handshake is refused with 403
             return
         offered = socket.scope.get("subprotocols") or ()
         await socket.accept(subprotocol=CODEC_SUBPROTOCOL if CODEC_SUBPROTOCOL in offered else None)
-        if edge is not None and edge.open_sockets >= edge.max_sockets:
+        if gate is None:
+            await socket.close(code=CLOSE_NOT_READY, reason="the speech routes are not initialised (start with --omni)")
+            return
+        if gate.open >= gate.max_open:
             await socket.close(
                 code=CLOSE_TRY_AGAIN_LATER,
-                reason=f"{edge.open_sockets} speech sessions are open, the most this server takes: try again later",
+                reason=f"{gate.open} speech sessions are open, the most this server takes: try again later",
             )
             return
-        if edge is None:
-            await socket.close(code=CLOSE_NOT_READY, reason="the edge routes are not initialised (start with --omni)")
-            return
-        edge.open_sockets += 1
+        gate.open += 1
         try:
-            await open_session(edge, socket, speech_model)
+            await open_session(serving, socket, speech_model)
         finally:
-            edge.open_sockets -= 1
+            gate.open -= 1
 
     async def text_route(request: Request):
         return error_response(
@@ -250,4 +251,4 @@ class EdgeEndpointPlugin:
     async def init_state(self, engine_client, state, args) -> None:
         if engine_client is None:
             return
-        state.omni_edge = await load_edge_state(engine_client, args)
+        setattr(state, STATE_ATTRIBUTE, await load_serving_state(engine_client, args))

@@ -20,7 +20,7 @@ from vllm_omni.errors import RequestRefused
 
 from ..openai.speech_api import SpeechApiError, parse_json, speech_body, to_speech_request
 from ..openai.speech_http import error_response, read_body, until_disconnected
-from ..server.edge_state import EdgeServingState
+from ..server.speech_service import SpeechService
 from ..server.speech_streams import audio_stream, public_error, usage, whole_file
 
 BATCH_DEFAULT_FORMAT = "wav"  # upstream's default here (OpenAI has no batch endpoint)
@@ -48,20 +48,20 @@ def item_bodies(data: Any, limit: int) -> list[dict[str, Any]]:
     return bodies
 
 
-def speech_batch_route(state: Any, speech_model: Any) -> Any:
-    """The route's endpoint; ``state(request)`` is the process's :class:`EdgeServingState`."""
+def speech_batch_route(service: Any, speech_model: Any) -> Any:
+    """The route's endpoint; ``service(request)`` is the process's :class:`SpeechService`."""
     from fastapi import Request
     from fastapi.responses import JSONResponse, Response
 
     from ..openai.speech_audio import AUDIO_FORMATS
 
     async def speech_batch(request: Request):
-        edge: EdgeServingState = state(request)
-        data = parse_json(await read_body(request, edge.limits.max_body_bytes))
-        bodies = item_bodies(data, edge.limits.max_batch_items)
+        speech: SpeechService = service(request)
+        data = parse_json(await read_body(request, speech.limits.max_body_bytes))
+        bodies = item_bodies(data, speech.limits.max_batch_items)
         model = data.get("model")
-        if model is not None and model not in edge.served_models:
-            raise SpeechApiError(404, f"model {model!r} is not served here; served: {', '.join(edge.served_models)}")
+        if model is not None and model not in speech.served_models:
+            raise SpeechApiError(404, f"model {model!r} is not served here; served: {', '.join(speech.served_models)}")
 
         async def speak(index: int, fields: dict[str, Any]) -> dict[str, Any]:
             try:
@@ -71,19 +71,19 @@ def speech_batch_route(state: Any, speech_model: Any) -> Any:
                         "a batch answers whole audio files as JSON: stream, stream_format and codec are for "
                         "/v1/audio/speech",
                     )
-                body = speech_body(speech_model, fields, edge.limits, edge.served_models, edge.generator.config)
+                body = speech_body(speech_model, fields, speech.limits, speech.served_models, speech.config)
                 request_id = f"speech-batch-{uuid.uuid4().hex}"
-                prepared = await edge.prepare(to_speech_request(body, edge.voice_store), request_id)
+                prepared = await speech.prepare(to_speech_request(body, speech.voices.store), request_id)
                 counts: dict[str, int] = {}
                 fmt = body.response_format
-                stream = audio_stream(edge, prepared, request_id, fmt, body.speed, counts, body.first_frames)
+                stream = audio_stream(speech, prepared, request_id, fmt, body.speed, counts, body.first_frames)
                 data = b"".join([chunk async for chunk in stream])
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # this item's refusal or failure; the others go on
                 message = str(error) if isinstance(error, RequestRefused) else public_error(error)
                 return {"index": index, "status": "error", "error": message}
-            sample_rate = edge.plans.server_decoder.codec.sample_rate
+            sample_rate = speech.sample_rate
             return {
                 "index": index,
                 "status": "success",

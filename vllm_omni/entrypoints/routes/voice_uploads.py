@@ -10,11 +10,11 @@ from typing import Any
 
 from ..openai.speech_api import ReferenceUrl, SpeechApiError, check_text, decode_audio_field, parse_json
 from ..openai.speech_http import read_body
-from ..server.edge_state import EdgeServingState
+from ..server.speech_service import SpeechService
 from ..voices.voice_store import StoredVoice, check_name
 
 
-async def save_voice(request: Any, edge: EdgeServingState) -> StoredVoice:
+async def save_voice(request: Any, speech: SpeechService) -> StoredVoice:
     """``POST /v1/audio/voices``: the upload (multipart as upstream vLLM-Omni's clients send it, or JSON) checked,
     encoded on the voice pool, stored (replacing a voice of that name).
 
@@ -25,8 +25,8 @@ async def save_voice(request: Any, edge: EdgeServingState) -> StoredVoice:
     """
     from ..generation.speech import SpeechRequest  # needs transformers (the serving venv): imported when used
 
-    store = edge.uploads()
-    limit = edge.limits.max_body_bytes
+    store = speech.voices.uploads()
+    limit = speech.limits.max_body_bytes
     kind = request.headers.get("content-type", "")
     mime_type = None
     if kind.startswith("multipart/form-data"):
@@ -53,7 +53,7 @@ async def save_voice(request: Any, edge: EdgeServingState) -> StoredVoice:
         given = fields.get("audio_sample", fields.get("audio"))
         audio = decode_audio_field(given, "audio_sample") if isinstance(given, str) else None
     if isinstance(audio, ReferenceUrl):
-        audio = await edge.fetch_reference(audio)
+        audio = await speech.fetch_reference(audio)
     name = check_name(fields.get("name"))
     embedding = fields.get("speaker_embedding")
     if isinstance(embedding, str):
@@ -73,7 +73,7 @@ async def save_voice(request: Any, edge: EdgeServingState) -> StoredVoice:
     ref_text = fields.get("ref_text") or None
     if ref_text is not None and not isinstance(ref_text, str):
         raise SpeechApiError(400, "ref_text must be a string, the transcript of the audio")
-    check_text("ref_text", ref_text, edge.limits.max_input_chars, "speech-max-input-chars")
+    check_text("ref_text", ref_text, speech.limits.max_input_chars, "speech-max-input-chars")
     description = fields.get("speaker_description") or None
     if description is not None and not isinstance(description, str):
         raise SpeechApiError(400, "speaker_description must be a string")
@@ -82,16 +82,16 @@ async def save_voice(request: Any, edge: EdgeServingState) -> StoredVoice:
     details = {"speaker_description": description, "embedding_source": "audio" if audio else "direct"}
     if audio:
         details |= {"file_size": len(audio), "mime_type": mime_type or sniff_mime_type(audio)}
-    await edge.voice_files(store.check_room, name)  # before the encoding's CPU time
+    await speech.voices.files(store.check_room, name)  # before the encoding's CPU time
     if embedding is not None:
         request_voice = SpeechRequest(text="Hello.", speaker_embedding=embedding)
     else:
         cloned = {"ref_audio": audio, "ref_text": ref_text, "x_vector_only_mode": x_vector_only}
         request_voice = SpeechRequest(text="Hello.", **cloned)
-    voice = await edge.encode_voice(request_voice)
+    voice = await speech.encode_voice(request_voice)
     # A voice must leave room for text: its prompt is built once here, as a request would build it.
-    await edge.prepare(SpeechRequest(text="Hello.", voice=voice), f"voice-check-{name}")
-    return await edge.voice_files(store.save, name, voice, consent.strip(), details)
+    await speech.prepare(SpeechRequest(text="Hello.", voice=voice), f"voice-check-{name}")
+    return await speech.voices.files(store.save, name, voice, consent.strip(), details)
 
 
 def sniff_mime_type(audio: bytes) -> str:

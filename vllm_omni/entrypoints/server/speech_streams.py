@@ -19,7 +19,7 @@ import numpy as np
 
 from vllm_omni.errors import RequestRefused
 
-from .edge_state import EdgeServingState
+from .speech_service import SpeechService
 
 if TYPE_CHECKING:
     from vllm_omni.edge.plan.model import ExecPlan
@@ -108,7 +108,7 @@ async def _regroup(
 
 
 async def codec_stream(
-    edge: EdgeServingState, plan: ExecPlan, prepared: Any, request_id: str, per_message: int, first: int = 1
+    speech: SpeechService, plan: ExecPlan, prepared: Any, request_id: str, per_message: int, first: int = 1
 ) -> AsyncIterator[bytes]:
     """The wire protocol as an HTTP body: magic, start, frames messages as the talker makes frames (the first
     ``first`` together), done."""
@@ -117,7 +117,7 @@ async def codec_stream(
 
     encoder = CodecStreamEncoder(StreamStart.for_plan(plan, stream_id=request_id))
     yield RECORDING_MAGIC + record(KIND_JSON, encoder.start())
-    made = edge.generator.stream_prepared(prepared, request_id)
+    made = speech.generator.stream_prepared(prepared, request_id)
     try:
         async for frames in frame_batches(made, per_message, first=first):
             yield record(KIND_BINARY, encoder.frames(frames))
@@ -130,7 +130,7 @@ async def codec_stream(
 
 
 async def audio_stream(
-    edge: EdgeServingState,
+    speech: SpeechService,
     prepared: Any,
     request_id: str,
     fmt: str,
@@ -139,16 +139,16 @@ async def audio_stream(
     first: int = 1,
 ) -> AsyncIterator[bytes]:
     """The utterance of ``prepared`` as :func:`decoded_audio` (the first ``first`` frames decoded together)."""
-    frames = edge.generator.stream_prepared(prepared, request_id)
+    frames = speech.generator.stream_prepared(prepared, request_id)
     if first > 1:
         frames = frame_batches(frames, 1, first=first)
-    async with contextlib.aclosing(decoded_audio(edge, frames, fmt, speed, counts)) as chunks:
+    async with contextlib.aclosing(decoded_audio(speech, frames, fmt, speed, counts)) as chunks:
         async for chunk in chunks:
             yield chunk
 
 
 async def decoded_audio(
-    edge: EdgeServingState, frames: AsyncIterator[np.ndarray], fmt: str, speed: float, counts: dict[str, int] | None
+    speech: SpeechService, frames: AsyncIterator[np.ndarray], fmt: str, speed: float, counts: dict[str, int] | None
 ) -> AsyncIterator[bytes]:
     """``frames`` in ``fmt`` (:mod:`..openai.speech_audio`), decoded on the server with the exact stateful decoder
     as they arrive and encoded chunk by chunk, all on the decode pool; empty chunks are not yielded.
@@ -159,14 +159,14 @@ async def decoded_audio(
 
     from ..openai.speech_audio import AudioEncoder
 
-    sample_rate = edge.plans.server_decoder.codec.sample_rate
+    sample_rate = speech.sample_rate
 
     def begin() -> tuple[Any, Any]:
-        decoder = open_decoder(edge.plans.server_decoder, check_sha256=False, prepack=True)
+        decoder = open_decoder(speech.server_decoder, check_sha256=False, prepack=True)
         return decoder, AudioEncoder(fmt, sample_rate, speed)
 
     async with contextlib.aclosing(frames):
-        decoder, encoder = await edge.decode(begin)
+        decoder, encoder = await speech.decode(begin)
 
         def step(new: np.ndarray | None) -> bytes:
             audio = decoder.feed(new) if new is not None else decoder.flush()
@@ -177,9 +177,9 @@ async def decoded_audio(
         counts.setdefault("frames", 0)
         async for new in frames:
             counts["frames"] += len(new)
-            if data := await edge.decode(step, new):
+            if data := await speech.decode(step, new):
                 yield data
-        if data := await edge.decode(step, None):
+        if data := await speech.decode(step, None):
             yield data
 
 
@@ -230,14 +230,14 @@ def usage_headers(usage: dict[str, Any]) -> dict[str, str]:
 
 
 async def sse_events(
-    edge: EdgeServingState, prepared: Any, request_id: str, fmt: str, speed: float, first: int = 1
+    speech: SpeechService, prepared: Any, request_id: str, fmt: str, speed: float, first: int = 1
 ) -> AsyncIterator[bytes]:
     """The audio of :func:`audio_stream` as server-sent events, as upstream vLLM-Omni and OpenAI name them:
     ``speech.audio.delta`` (base64 audio and its ``response_format``) per chunk, then ``speech.audio.done`` with
     the :func:`usage`; a failure ends the stream with ``speech.audio.error`` (OpenAI's error object)."""
     counts: dict[str, int] = {}
     try:
-        async for chunk in audio_stream(edge, prepared, request_id, fmt, speed, counts, first):
+        async for chunk in audio_stream(speech, prepared, request_id, fmt, speed, counts, first):
             audio = base64.b64encode(chunk).decode("ascii")
             yield _event({"type": "speech.audio.delta", "audio": audio, "response_format": fmt})
     except Exception as error:

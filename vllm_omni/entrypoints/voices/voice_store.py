@@ -20,7 +20,7 @@ directory, which is the only truth:
 * voice prints are biometric data: the directory is 0700 (a wider one is tightened) and files are 0600.
 
 The methods block (``stat``, reads, ``fsync``, the lock): the server calls them on a thread pool
-(:meth:`..server.edge_state.EdgeServingState.voice_files`), never on its event loop.
+(:meth:`.voice_service.VoiceService.files`), never on its event loop.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import time
 from typing import Any, NoReturn
 
 from ..openai.speech_api import SpeechApiError, parse_json, to_speech_request
-from ..server.edge_state import EdgeServingState
+from ..server.serving_state import ServingState
 
 # WebSocket close codes (4000-4999 are the application's): what went wrong with the client's messages.
 CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
@@ -76,8 +76,9 @@ class SocketSession:
     :meth:`close` (a reason fitted to the close frame, after the stream's own last word where one is open), sends
     that raise :class:`SocketClosed` when the client is gone, and the session's clock."""
 
-    def __init__(self, edge: EdgeServingState, socket: Any, speech_model: Any) -> None:
-        self.edge, self.socket, self.speech_model = edge, socket, speech_model
+    def __init__(self, serving: ServingState, socket: Any, speech_model: Any) -> None:
+        self.speech, self.plans = serving.speech, serving.plans
+        self.socket, self.speech_model = socket, speech_model
         self.started = time.monotonic()
         self.speaker: asyncio.Task | None = None
 
@@ -106,12 +107,12 @@ class SocketSession:
 
     async def checked(self, raw: dict) -> dict:
         try:
-            return parse_message(raw, self.edge.limits.max_body_bytes)
+            return parse_message(raw, self.speech.limits.max_body_bytes)
         except ProtocolError as error:
             await self.close(error.code, str(error))
 
     def session_time_left(self) -> float:
-        return self.edge.limits.socket_max_s - (time.monotonic() - self.started)
+        return self.speech.limits.socket_max_s - (time.monotonic() - self.started)
 
     async def send_text(self, text: str) -> None:
         await self._send(self.socket.send_text, text)
@@ -134,9 +135,9 @@ class SocketSession:
         tokenization. Raises a :class:`~vllm_omni.errors.RequestRefused`."""
         import dataclasses
 
-        template = to_speech_request(body.model_copy(update={"input": "."}), self.edge.voice_store)
-        template = await self.edge.resolve_voice(template)
-        prompts = self.edge.generator.prompts
+        template = to_speech_request(body.model_copy(update={"input": "."}), self.speech.voices.store)
+        template = await self.speech.resolve_voice(template)
+        prompts = self.speech.generator.prompts
         prompts.check_voice_fields(template.speaker, template.instruct, template.voice)
         prompts.language_id(template.language, template.speaker)
         return dataclasses.replace(template, text=None)

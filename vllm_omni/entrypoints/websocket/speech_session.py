@@ -47,7 +47,7 @@ import numpy as np
 from vllm_omni.errors import RequestRefused
 
 from ..openai.speech_api import SpeechApiError, check_text, speech_body
-from ..server.edge_state import EdgeServingState
+from ..server.serving_state import ServingState
 from .socket_session import (
     CLOSE_BAD_MESSAGE,
     CLOSE_NOT_SERVED,
@@ -106,18 +106,18 @@ class SessionSettings:
     plan: Any = None
 
 
-async def open_session(edge: EdgeServingState, socket: Any, speech_model: Any) -> None:
+async def open_session(serving: ServingState, socket: Any, speech_model: Any) -> None:
     """The session the connection's first message opens: upstream's vocabulary (``session.config``), or this
     project's first one (``start``, :class:`~.speech_socket.SpeechSocket`)."""
     from .speech_socket import SpeechSocket
 
-    session = SpeechSession(edge, socket, speech_model)
+    session = SpeechSession(serving, socket, speech_model)
     with contextlib.suppress(SocketClosed):
-        first = await session.receive(edge.limits.socket_idle_s, "session.config")
+        first = await session.receive(serving.speech.limits.socket_idle_s, "session.config")
         if first["type"] == "disconnect":
             return
         if first["type"] == "start":
-            await SpeechSocket(edge, socket, speech_model).run(first)
+            await SpeechSocket(serving, socket, speech_model).run(first)
             return
         await session.run(first)
 
@@ -126,8 +126,8 @@ class SpeechSession(SocketSession):
     """One connection in upstream's vocabulary (module docstring). The listening task owns the session (reads,
     checks, closes); the speaker task speaks the queued utterances in order and sends their messages."""
 
-    def __init__(self, edge: EdgeServingState, socket: Any, speech_model: Any) -> None:
-        super().__init__(edge, socket, speech_model)
+    def __init__(self, serving: ServingState, socket: Any, speech_model: Any) -> None:
+        super().__init__(serving, socket, speech_model)
         self.config_model = session_config_model(speech_model)
         self.settings: SessionSettings | None = None
         self.buffer: list[str] = []
@@ -167,7 +167,7 @@ class SpeechSession(SocketSession):
 
     async def configure(self, message: dict) -> SessionSettings:
         """A ``session.config`` checked and its voice resolved; :class:`SpeechApiError` (404: an unserved class)."""
-        edge = self.edge
+        speech = self.speech
         fields = {key: value for key, value in message.items() if key != "type"}
         if fields.get("edge_hardware") is not None and fields.setdefault("response_format", "codec") != "codec":
             raise SpeechApiError(400, "session.config: edge_hardware sends codec frames; drop response_format")
@@ -175,15 +175,15 @@ class SpeechSession(SocketSession):
         if fields["response_format"] == "codec" and fields.get("edge_hardware") is None:
             raise SpeechApiError(400, "session.config: response_format codec needs edge_hardware")
         try:
-            config = speech_body(self.config_model, fields, edge.limits, edge.served_models, edge.generator.config)
+            config = speech_body(self.config_model, fields, speech.limits, speech.served_models, speech.config)
         except SpeechApiError as error:
             raise SpeechApiError(error.status, f"session.config: {str(error).removeprefix('invalid ')}") from None
         if config.text_mode == "stream" and config.non_streaming_mode:
             raise SpeechApiError(
                 400, "session.config: text_mode 'stream' speaks in the streamed-text layout: drop non_streaming_mode"
             )
-        plan = edge.plan(config.edge_hardware) if config.edge_hardware is not None else None
         try:
+            plan = self.plans.plan(config.edge_hardware) if config.edge_hardware is not None else None
             template = await self.voice_template(config)
         except RequestRefused as error:
             raise SpeechApiError(error.status, f"session.config: {error}") from None
@@ -193,7 +193,7 @@ class SpeechSession(SocketSession):
 
     async def listen(self) -> None:
         """Client messages until the session closes; the deadlines hold throughout."""
-        limits = self.edge.limits
+        limits = self.speech.limits
         last_message = time.monotonic()
         receive: asyncio.Task | None = None
         try:
@@ -256,7 +256,7 @@ class SpeechSession(SocketSession):
             await self.error(f"unknown message type {kind!r} (session.config, input.text, input.done, session.close)")
 
     async def take_text(self, text: Any) -> None:
-        limits = self.edge.limits
+        limits = self.speech.limits
         if not isinstance(text, str):
             await self.error(f"input.text requires a string text, got {type(text).__name__}")
             return
@@ -353,21 +353,21 @@ class SpeechSession(SocketSession):
             "sentence_index": 0,
             "sentence_text": utterance.text or utterance.first_piece,
             "format": config.response_format,
-            "sample_rate": self.edge.plans.server_decoder.codec.sample_rate,
+            "sample_rate": self.speech.sample_rate,
         }
 
     def frames_of(self, utterance: Utterance) -> AsyncIterator[np.ndarray]:
         """The talker's frames of ``utterance``, as the engine makes them."""
         request_id = f"speech-{uuid.uuid4().hex}"
-        generator = self.edge.generator
+        generator = self.speech.generator
         if utterance.pieces is None:
             return self._whole(utterance, request_id)
         request = dataclasses.replace(utterance.template, text=None)
         return generator.stream_text(request, _pieces(utterance.pieces), request_id)
 
     async def _whole(self, utterance: Utterance, request_id: str) -> AsyncIterator[np.ndarray]:
-        prepared = await self.edge.prepare(dataclasses.replace(utterance.template, text=utterance.text), request_id)
-        async with contextlib.aclosing(self.edge.generator.stream_prepared(prepared, request_id)) as frames:
+        prepared = await self.speech.prepare(dataclasses.replace(utterance.template, text=utterance.text), request_id)
+        async with contextlib.aclosing(self.speech.generator.stream_prepared(prepared, request_id)) as frames:
             async for new in frames:
                 yield new
 
@@ -383,7 +383,7 @@ class SpeechSession(SocketSession):
         counts: dict[str, int] = {}
         fmt = config.response_format
         chunks = []
-        async with contextlib.aclosing(decoded_audio(self.edge, frames, fmt, config.speed, counts)) as audio:
+        async with contextlib.aclosing(decoded_audio(self.speech, frames, fmt, config.speed, counts)) as audio:
             async for chunk in audio:
                 utterance.frames = counts["frames"]
                 if config.stream_audio:
@@ -393,7 +393,7 @@ class SpeechSession(SocketSession):
                     chunks.append(chunk)
         utterance.frames = counts["frames"]
         if not config.stream_audio:
-            sample_rate = self.edge.plans.server_decoder.codec.sample_rate
+            sample_rate = self.speech.sample_rate
             data = whole_file(b"".join(chunks), fmt, sample_rate)
             await self.send_bytes(data)
             utterance.total_bytes = len(data)

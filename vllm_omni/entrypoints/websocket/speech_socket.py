@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 from vllm_omni.errors import RequestRefused
 
 from ..openai.speech_api import SpeechApiError, check_text, speech_body
-from ..server.edge_state import EdgeServingState
+from ..server.serving_state import ServingState
 from .socket_session import (
     CLOSE_BAD_MESSAGE,
     CLOSE_NOT_SERVED,
@@ -63,8 +63,8 @@ class SpeechSocket(SocketSession):
     One task owns the session (reads, checks, closes); the speaker task only sends frames.
     """
 
-    def __init__(self, edge: EdgeServingState, socket: Any, speech_model: Any) -> None:
-        super().__init__(edge, socket, speech_model)
+    def __init__(self, serving: ServingState, socket: Any, speech_model: Any) -> None:
+        super().__init__(serving, socket, speech_model)
         self.segments: asyncio.Queue[str | None] = asyncio.Queue()
         self.queued_chars = 0  # text received and not yet taken by the speaker
         self.speaking = False
@@ -86,7 +86,7 @@ class SpeechSocket(SocketSession):
             await self._run(start)
 
     async def _run(self, start: dict) -> None:
-        limits = self.edge.limits
+        limits = self.speech.limits
         fields = {k: v for k, v in start.items() if k not in ("type", "text_mode")}
         self.text_mode = start.get("text_mode", DEFAULT_TEXT_MODE)
         if self.text_mode not in TEXT_MODES:
@@ -101,12 +101,12 @@ class SpeechSocket(SocketSession):
             )
         try:
             data = {"input": "", **fields, "response_format": "codec"}
-            body = speech_body(self.speech_model, data, limits, self.edge.served_models, self.edge.generator.config)
+            body = speech_body(self.speech_model, data, limits, self.speech.served_models, self.speech.config)
         except SpeechApiError as error:
             await self.close(CLOSE_BAD_MESSAGE, f"start: {str(error).removeprefix('invalid ')}")
         try:
-            plan = self.edge.plan(body.edge_hardware)
-        except SpeechApiError as error:
+            plan = self.plans.plan(body.edge_hardware)
+        except RequestRefused as error:
             await self.close(CLOSE_NOT_SERVED, f"start: {error}")
         try:  # the voice made once (a cloned one encoded), and refused up front if the checkpoint cannot speak it
             template = await self.voice_template(body)
@@ -128,7 +128,7 @@ class SpeechSocket(SocketSession):
             await asyncio.gather(speaker, return_exceptions=True)
 
     async def queue(self, segments: list[str | None]) -> None:
-        limit = self.edge.limits.socket_max_queued_chars
+        limit = self.speech.limits.socket_max_queued_chars
         for segment in segments:
             if segment is None:
                 continue
@@ -143,7 +143,7 @@ class SpeechSocket(SocketSession):
 
     async def queue_piece(self, text: str) -> None:
         """Stream mode: a piece of the one utterance; its whole text is bounded by ``socket_max_queued_chars``."""
-        limit = self.edge.limits.socket_max_queued_chars
+        limit = self.speech.limits.socket_max_queued_chars
         self.streamed_chars += len(text)
         if self.streamed_chars > limit:
             await self.close(
@@ -161,7 +161,7 @@ class SpeechSocket(SocketSession):
     async def listen(self, speaker: asyncio.Task, segmenter: TextSegmenter) -> None:
         """Client messages until the speaker is done: text is segmented and queued, ``cancel`` stops the speech
         now; the session's deadlines hold throughout, after ``end`` too."""
-        limits = self.edge.limits
+        limits = self.speech.limits
         last_message = time.monotonic()
         receive: asyncio.Task | None = None
         try:
@@ -222,7 +222,7 @@ class SpeechSocket(SocketSession):
             text = message.get("text")
             if not isinstance(text, str):
                 await self.close(CLOSE_BAD_MESSAGE, f"a text message needs a string 'text', got {type(text).__name__}")
-            limit = self.edge.limits.max_input_chars
+            limit = self.speech.limits.max_input_chars
             try:
                 check_text("text", text, limit, "speech-max-input-chars")
             except SpeechApiError as error:
@@ -291,8 +291,8 @@ class SpeechSocket(SocketSession):
             self.speaking = True
             self.queued_chars -= len(text)
             request_id = f"speech-{uuid.uuid4().hex}"
-            prepared = await self.edge.prepare(dataclasses.replace(template, text=text), request_id)
-            frames = self.edge.generator.stream_prepared(prepared, request_id)
+            prepared = await self.speech.prepare(dataclasses.replace(template, text=text), request_id)
+            frames = self.speech.generator.stream_prepared(prepared, request_id)
             async with contextlib.aclosing(frame_batches(frames, body.frames_per_message)) as batches:
                 async for piece in batches:
                     await self.send_bytes(encoder.frames(piece))
@@ -307,7 +307,7 @@ class SpeechSocket(SocketSession):
         self.speaking = True
         request_id = f"speech-{uuid.uuid4().hex}"
         request = dataclasses.replace(template, text=None)
-        frames = self.edge.generator.stream_text(request, self.text_pieces(), request_id)
+        frames = self.speech.generator.stream_text(request, self.text_pieces(), request_id)
         async with contextlib.aclosing(frame_batches(frames, body.frames_per_message, FLUSH_AFTER_S)) as batches:
             async for piece in batches:
                 await self.send_bytes(encoder.frames(piece))
