@@ -65,7 +65,10 @@ class SpeechRequest:
     # False: the text is fed as trailing text, one token per frame; None: the official default of the model
     # type (True for CustomVoice/VoiceDesign, False for Base's generate_voice_clone).
     non_streaming_mode: bool | None = None
-    max_frames: int | None = None
+    max_frames: int | None = None  # exactly this many frames at most; refused if the engine has no room for them
+    # The official (and upstream vLLM-Omni's) cap: talker steps, N steps make N - 1 frames, within the engine's
+    # room; None: the checkpoint's generation_config.json. max_frames wins where both are given.
+    max_new_tokens: int | None = None
     greedy: bool | None = None
     temperature: float | None = None
     top_k: int | None = None
@@ -198,8 +201,10 @@ class _SpeechFrontend:
 
         d = self.defaults
         room = self.max_model_len - len(prompt.prompt_ids) - 1
-        # Unset: the checkpoint's max_new_tokens (N talker steps give N - 1 frames), within the engine's room.
-        max_frames = request.max_frames if request.max_frames is not None else min(d["max_new_tokens"] - 1, room)
+        # Unset: max_new_tokens (the request's, else the checkpoint's; N talker steps give N - 1 frames) as a cap
+        # within the engine's room.
+        steps = request.max_new_tokens if request.max_new_tokens is not None else d["max_new_tokens"]
+        max_frames = request.max_frames if request.max_frames is not None else max(1, min(steps - 1, room))
         if not isinstance(max_frames, int) or isinstance(max_frames, bool) or max_frames < 1:
             raise SpeechRequestError(f"max_frames must be a positive integer, got {max_frames!r}")
         if max_frames > room:

@@ -229,10 +229,10 @@ def speech_body(model: Any, data: Any, limits: SpeechLimits, served_models: tupl
 
 def with_upstream_meaning(body: Any, model_type: str, speakers: list[str]) -> Any:
     """``body`` (checked by :func:`check_body`) with upstream vLLM-Omni's fields given upstream's meaning:
-    ``extra_params`` applied (its sampling keys only), ``max_new_tokens`` (talker steps, N steps make N - 1
-    frames) as ``max_frames``, and the voice a checkpoint ignores dropped (upstream's clients always send one):
-    VoiceDesign has none (the instruction describes it), Base takes reference audio or an embedding before a
-    name; CustomVoice without a voice speaks :data:`DEFAULT_SPEAKER` (or the checkpoint's first speaker)."""
+    ``extra_params`` applied (its sampling keys only), and the voice a checkpoint ignores dropped (upstream's
+    clients always send one): VoiceDesign has none (the instruction describes it), Base takes reference audio or
+    an embedding before a name; CustomVoice without a voice speaks :data:`DEFAULT_SPEAKER` (or the checkpoint's
+    first speaker). ``max_new_tokens`` travels as it is: a cap on the talker's steps (``SpeechRequest``)."""
     updates: dict[str, Any] = {}
     for key, value in (body.extra_params or {}).items():
         if key not in EXTRA_PARAMS:
@@ -241,8 +241,6 @@ def with_upstream_meaning(body: Any, model_type: str, speakers: list[str]) -> An
         if getattr(body, key) is not None and getattr(body, key) != value:
             raise SpeechApiError(400, f"{key} is given twice with different values (the body and extra_params)")
         updates[key] = value
-    if body.max_new_tokens is not None:
-        updates["max_frames"] = max(1, body.max_new_tokens - 1)
     voice = body.voice
     if model_type == "voice_design" or (model_type == "base" and (body.ref_audio or body.speaker_embedding)):
         voice = None
@@ -300,6 +298,7 @@ def to_speech_request(body: Any, voices: Any = None) -> Any:
     generator = {name: getattr(body, name) for name in GENERATOR_FIELDS}
     uploaded = voices is not None and bool(body.voice)
     return SpeechRequest(
+        max_new_tokens=body.max_new_tokens,
         text=body.input,
         speaker=None if uploaded else body.voice,
         language=body.language,
