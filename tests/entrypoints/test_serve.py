@@ -921,6 +921,14 @@ def test_bad_input_in_upstreams_vocabulary_gets_its_error_and_the_session_serves
     assert "unknown message type 'input.flush'" in errors[2] and "needs edge_hardware" in errors[3]
     assert [m["type"] for m in heard[0] if isinstance(m, dict)][-3:] == ["audio.start", "audio.done", "session.done"]
     assert code == 1000  # the refused config left the first one in place: pcm, vivian
+    # an utterance the engine cannot take (its prompt past max_model_len): said in its codec stream's done, in an
+    # error and in audio.done; the next utterance on the same connection is spoken
+    codec = {"voice": "Ryan", "edge_hardware": "cpu_x86_64", "greedy": True, "max_frames": 5}
+    heard, code = upstream_socket(server, codec, [["word " * 400], [HELLO["input"]]])
+    texts = [m for m in heard[0] if isinstance(m, dict)]
+    assert [m["type"] for m in texts] == ["audio.start", "start", "done", "error", "audio.done", "session.done"]
+    assert texts[2]["reason"] == "error" and "max_model_len" in texts[2]["error"] and texts[4]["error"] is True
+    assert heard[1][-2]["frames"] == 5 and not heard[1][-2]["error"] and code == 1000
     # before a valid session.config every error ends the session, with the error first
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect

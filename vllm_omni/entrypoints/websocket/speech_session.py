@@ -62,6 +62,10 @@ SESSION_DEFAULT_FORMAT = "wav"  # upstream's default on its WebSocket
 FLUSH_AFTER_S = 0.08  # stream mode, codec frames: frames held for a full message leave after one frame's time
 
 
+class UtteranceFailed(Exception):
+    """An utterance that failed after its stream said so; the message is what the client is told."""
+
+
 def session_config_model(speech_model: Any) -> Any:
     """The typed ``session.config`` message: the speech body's fields, ``input`` optional, and the session's own."""
     from typing import Literal
@@ -330,7 +334,7 @@ class SpeechSession(SocketSession):
                         await self.speak(utterance)
                     except (asyncio.CancelledError, SocketClosed):
                         raise
-                    except RequestRefused as error:
+                    except (RequestRefused, UtteranceFailed) as error:  # said already, or the client's to fix
                         failure = str(error)
                     except Exception as error:
                         failure = public_error(error)
@@ -406,12 +410,21 @@ class SpeechSession(SocketSession):
         plan = utterance.plan
         encoder = CodecStreamEncoder(StreamStart.for_plan(plan, stream_id=f"speech-{uuid.uuid4().hex}"))
         await self.send_text(encoder.start().decode())
-        async with contextlib.aclosing(frames) as batches:
-            async for batch in batches:
-                data = encoder.frames(batch)
-                await self.send_bytes(data)
-                utterance.total_bytes += len(data)
-                utterance.frames += len(batch)
+        try:
+            async with contextlib.aclosing(frames) as batches:
+                async for batch in batches:
+                    data = encoder.frames(batch)
+                    await self.send_bytes(data)
+                    utterance.total_bytes += len(data)
+                    utterance.frames += len(batch)
+        except (asyncio.CancelledError, SocketClosed):
+            raise
+        except Exception as error:  # the codec stream ends with its own word on it; audio.done follows
+            from ..server.speech_streams import public_error
+
+            message = str(error) if isinstance(error, RequestRefused) else public_error(error)
+            await self.send_text(encoder.done(reason="error", error=message).decode())
+            raise UtteranceFailed(message) from None
         end, done = encoder.finish()
         await self.send_bytes(end)
         await self.send_text(done.decode())
