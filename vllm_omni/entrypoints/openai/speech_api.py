@@ -6,7 +6,7 @@ OpenAI's fields (``model``, ``input``, ``voice``, ``instructions``, ``response_f
 ``speaker`` or ``{"id": ...}``), the edge's (``edge_hardware``, ``frames_per_message``) and the generator's own,
 under their :class:`~..generation.speech.SpeechRequest` names (:data:`GENERATOR_FIELDS`). :func:`check_body`
 refuses what the server will not do before any tokenization, and :func:`with_upstream_meaning` gives upstream's
-fields upstream's meaning (a voice it ignores dropped, the task inferred, ``max_new_tokens`` as ``max_frames``):
+fields upstream's meaning (a voice it ignores dropped, the default voice, ``extra_params`` applied):
 each refusal is a :class:`SpeechApiError` with the HTTP status and a message of ours. Where OpenAI and upstream
 disagree, OpenAI wins on OpenAI's fields (``response_format`` defaults to ``mp3``) and upstream on its own
 (``stream`` alone means server-sent events); ``docs/serving/serve.md`` lists every difference.
@@ -103,7 +103,7 @@ def speech_body_model() -> Any:
                 if not isinstance(voice.get("id"), str):
                     raise ValueError('a voice object needs a string "id" (the voice\'s name)')
                 data = {**data, key: voice["id"]}
-            elif isinstance(voice, str) and voice.strip().lower() == PLACEHOLDER_VOICE:
+            elif isinstance(voice, str) and voice.strip().lower() in ("", PLACEHOLDER_VOICE):
                 data = {**data, key: None}
             return data
 
@@ -246,7 +246,8 @@ def with_upstream_meaning(body: Any, model_type: str, speakers: list[str]) -> An
         voice = None
     elif model_type == "custom_voice" and voice is None and speakers:
         voice = DEFAULT_SPEAKER if DEFAULT_SPEAKER in [s.lower() for s in speakers] else speakers[0]
-    updates["voice"] = voice
+    if voice != body.voice:
+        updates["voice"] = voice
     if not updates:
         return body
     from pydantic import ValidationError

@@ -53,13 +53,13 @@ from .socket_session import (
     CLOSE_NOT_SERVED,
     CLOSE_TIMEOUT,
     CLOSE_TOO_MUCH_QUEUED,
+    FLUSH_AFTER_S,
     SLACK_S,
     SocketClosed,
     SocketSession,
 )
 
 SESSION_DEFAULT_FORMAT = "wav"  # upstream's default on its WebSocket
-FLUSH_AFTER_S = 0.08  # stream mode, codec frames: frames held for a full message leave after one frame's time
 
 
 class UtteranceFailed(Exception):

@@ -22,6 +22,7 @@ from .socket_session import (
     CLOSE_SEND_S,
     CLOSE_TIMEOUT,
     CLOSE_TOO_MUCH_QUEUED,
+    FLUSH_AFTER_S,
     SLACK_S,
     SocketClosed,
     SocketSession,
@@ -31,7 +32,6 @@ from .speech_text import TextSegmenter
 # "sentence": each sentence its own talker request and segment; "stream": every piece into one running request.
 TEXT_MODES = ("sentence", "stream")
 DEFAULT_TEXT_MODE = "sentence"  # today's clients keep what they had; docs/serving/serve.md says why
-FLUSH_AFTER_S = 0.08  # stream mode: frames held for a full message leave after one frame's time without more
 
 
 class SpeechSocket(SocketSession):
