@@ -81,7 +81,8 @@ async def save_voice(request: Any, speech: SpeechService) -> StoredVoice:
     x_vector_only = ref_text is None or str(fields.get("x_vector_only_mode", "false")).lower() in ("true", "1")
     details = {"speaker_description": description, "embedding_source": "audio" if audio else "direct"}
     if audio:
-        details |= {"file_size": len(audio), "mime_type": mime_type or sniff_mime_type(audio)}
+        given_type = mime_type if mime_type not in (None, "", "application/octet-stream") else None
+        details |= {"file_size": len(audio), "mime_type": given_type or sniff_mime_type(audio)}
     await speech.voices.files(store.check_room, name)  # before the encoding's CPU time
     if embedding is not None:
         request_voice = SpeechRequest(text="Hello.", speaker_embedding=embedding)

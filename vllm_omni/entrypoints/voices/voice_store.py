@@ -15,8 +15,8 @@ directory, which is the only truth:
   hold an exclusive ``flock`` on ``voices/.lock``, so concurrent uploads, in any process, cannot pass
   ``--speech-max-voices`` or ``--speech-max-voice-bytes``;
 * a process keeps the voices it read, each with its file's identity (device, inode, size, mtime from one
-  ``stat``), and reads a file again when its identity changes: a voice deleted and uploaded again through
-  another process is spoken with its new vectors on the next request;
+  ``stat``), and reads a file again when its identity changes: a voice replaced (or deleted and uploaded again)
+  through another process is spoken with its new vectors on the next request;
 * voice prints are biometric data: the directory is 0700 (a wider one is tightened) and files are 0600.
 
 The methods block (``stat``, reads, ``fsync``, the lock): the server calls them on a thread pool
