@@ -82,13 +82,21 @@ def session_config_model(speech_model: Any) -> Any:
 
 
 @dataclass
-class Utterance:
-    """One ``input.done``'s text: whole (``text``), or arriving (``pieces``, stream mode; ``None`` ends it)."""
+class SessionSettings:
+    """A valid ``session.config``: the body, the voice resolved once, and the plan of its ``edge_hardware``."""
 
-    index: int
     config: Any
     template: Any
-    plan: Any
+    plan: Any = None
+
+
+@dataclass
+class Utterance:
+    """One ``input.done``'s text, spoken with the session's settings when it was made: whole (``text``), or
+    arriving (``pieces``, stream mode; ``None`` ends it)."""
+
+    index: int
+    settings: SessionSettings
     text: str = ""
     pieces: asyncio.Queue[str | None] | None = None
     streamed_chars: int = 0
@@ -99,15 +107,6 @@ class Utterance:
     @property
     def empty(self) -> bool:
         return self.pieces is None and not self.text
-
-
-@dataclass
-class SessionSettings:
-    """A valid ``session.config``: the body, the voice resolved once, and the plan of its ``edge_hardware``."""
-
-    config: Any
-    template: Any
-    plan: Any = None
 
 
 async def open_session(serving: ServingState, socket: Any, speech_model: Any) -> None:
@@ -292,8 +291,7 @@ class SpeechSession(SocketSession):
         self.buffered_chars += len(text)
 
     def begin_streamed(self) -> Utterance:
-        settings = self.settings
-        utterance = Utterance(self.next_index, settings.config, settings.template, settings.plan)
+        utterance = Utterance(self.next_index, self.settings)
         utterance.pieces = asyncio.Queue()
         self.next_index += 1
         self.streaming = utterance
@@ -311,8 +309,7 @@ class SpeechSession(SocketSession):
         self.buffer, self.buffered_chars = [], 0
         if only_open and not text:
             return
-        settings = self.settings
-        self.enqueue(Utterance(self.next_index, settings.config, settings.template, settings.plan, text=text))
+        self.enqueue(Utterance(self.next_index, self.settings, text=text))
         self.next_index += 1
 
     def enqueue(self, utterance: Utterance) -> None:
@@ -350,7 +347,7 @@ class SpeechSession(SocketSession):
                 self.unfinished -= 1
 
     def audio_start(self, utterance: Utterance) -> dict[str, Any]:
-        config = utterance.config
+        config = utterance.settings.config
         return {
             "type": "audio.start",
             "utterance_index": utterance.index,
@@ -366,11 +363,13 @@ class SpeechSession(SocketSession):
         generator = self.speech.generator
         if utterance.pieces is None:
             return self._whole(utterance, request_id)
-        request = dataclasses.replace(utterance.template, text=None)
+        request = dataclasses.replace(utterance.settings.template, text=None)
         return generator.stream_text(request, _pieces(utterance.pieces), request_id)
 
     async def _whole(self, utterance: Utterance, request_id: str) -> AsyncIterator[np.ndarray]:
-        prepared = await self.speech.prepare(dataclasses.replace(utterance.template, text=utterance.text), request_id)
+        prepared = await self.speech.prepare(
+            dataclasses.replace(utterance.settings.template, text=utterance.text), request_id
+        )
         async with contextlib.aclosing(self.speech.generator.stream_prepared(prepared, request_id)) as frames:
             async for new in frames:
                 yield new
@@ -378,10 +377,10 @@ class SpeechSession(SocketSession):
     async def speak(self, utterance: Utterance) -> None:
         from ..server.speech_streams import decoded_audio, frame_batches, whole_file
 
-        config = utterance.config
+        config = utterance.settings.config
         flush = FLUSH_AFTER_S if utterance.pieces is not None else None
         frames = frame_batches(self.frames_of(utterance), config.frames_per_message, flush, config.first_frames)
-        if utterance.plan is not None:
+        if utterance.settings.plan is not None:
             await self.speak_codec(utterance, frames)
             return
         counts: dict[str, int] = {}
@@ -407,7 +406,7 @@ class SpeechSession(SocketSession):
         from vllm_omni.edge.stream import StreamStart
         from vllm_omni.edge.stream.encoder import CodecStreamEncoder
 
-        plan = utterance.plan
+        plan = utterance.settings.plan
         encoder = CodecStreamEncoder(StreamStart.for_plan(plan, stream_id=f"speech-{uuid.uuid4().hex}"))
         await self.send_text(encoder.start().decode())
         try:
