@@ -937,11 +937,7 @@ def test_bad_input_in_upstreams_vocabulary_gets_its_error_and_the_session_serves
     for first, code_expected, words in (
         ({"type": "input.text", "text": "hi"}, 4400, "must be session.config"),
         ({"type": "session.config", "edge_hardware": "npu_phone"}, 4404, "not served here"),
-        (
-            {"type": "session.config", "ref_audio": "http://localhost:1/a.wav"},
-            4400,
-            "task_type Base",
-        ),
+        ({"type": "session.config", "speed": "fast"}, 4400, "speed"),  # not a session.config at all
     ):
         with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}, open_timeout=60) as socket:
             socket.send(json.dumps(first))
@@ -951,3 +947,22 @@ def test_bad_input_in_upstreams_vocabulary_gets_its_error_and_the_session_serves
             assert error["type"] == "error" and words in error["message"]
             assert socket.close_code == code_expected
     assert running_requests(server) == 0
+
+
+def test_a_first_config_the_checkpoint_cannot_speak_is_said_per_utterance_as_upstream(server):
+    """streaming_speech_client.py --word-timestamps (and a Base reference on a CustomVoice server): upstream answers
+    each input.done with an error and session.done, and the connection stays open; so does this server, and a
+    session.config it can speak then speaks."""
+    refused = {**UPSTREAM_CONFIG, "response_format": "pcm", "word_timestamps": True, "stream_audio": True}
+    fix = {"type": "session.config", **UPSTREAM_CONFIG, "max_new_tokens": 4}
+    for config in (refused, {"ref_audio": "http://localhost:1/a.wav", "ref_text": "x"}):
+        heard, code = upstream_socket(server, config, [["Hello."]])
+        assert code == 1000
+        assert [m["type"] for m in heard[0]] == ["error", "error", "session.done"], heard[
+            0
+        ]  # at once, then per utterance
+        assert heard[0][-1]["total_sentences"] == 1 and "not spoken" in heard[0][1]["message"]
+        heard, code = upstream_socket(server, config, [["Hello."]], extra=[fix])
+        kinds = [m if isinstance(m, bytes) else m["type"] for m in heard[0]]
+        assert kinds[0] == "error" and kinds[-2:] == ["audio.done", "session.done"] and not heard[0][-2]["error"]
+        assert code == 1000

@@ -52,6 +52,11 @@ class SpeechApiError(RequestRefused):
         super().__init__(message, status)
 
 
+class BodyShapeError(SpeechApiError):
+    """A body that is not a speech request at all (not an object, a field of the wrong type or out of its range),
+    as opposed to a request this checkpoint or server cannot serve."""
+
+
 def speech_body_model() -> Any:
     """The pydantic model of the body: OpenAI's fields, upstream vLLM-Omni's, the edge's, and the generator's."""
     import dataclasses
@@ -185,7 +190,12 @@ def check_body(body: Any, limits: SpeechLimits, served_models: tuple[str, ...], 
     task_type = body.task_type or ("Base" if body.ref_audio or body.ref_text else None)  # upstream infers Base
     if task_type is not None and TASK_TYPES[task_type] != tts_model_type:
         inferred = "" if body.task_type else " (inferred from ref_audio/ref_text)"
-        raise SpeechApiError(400, f"task_type {task_type}{inferred} does not match the served model ({tts_model_type})")
+        served = next((name for name, kind in TASK_TYPES.items() if kind == tts_model_type), tts_model_type)
+        raise SpeechApiError(
+            400,
+            f"task_type {task_type}{inferred} does not match the served model ({served}): send task_type {served}"
+            " or leave it out" + (", and no ref_audio/ref_text" if task_type == "Base" else ""),
+        )
     if body.word_timestamps:
         raise SpeechApiError(
             400,
@@ -218,11 +228,11 @@ def speech_body(model: Any, data: Any, limits: SpeechLimits, served_models: tupl
     from pydantic import ValidationError
 
     if not isinstance(data, dict):
-        raise SpeechApiError(400, f"a speech request is one JSON object, got {type(data).__name__}")
+        raise BodyShapeError(400, f"a speech request is one JSON object, got {type(data).__name__}")
     try:
         body = model.model_validate(data)
     except ValidationError as error:
-        raise SpeechApiError(400, validation_message(error)) from None
+        raise BodyShapeError(400, validation_message(error)) from None
     check_body(body, limits, served_models, config.tts_model_type)
     return with_upstream_meaning(body, config.tts_model_type, config.supported_speakers)
 
@@ -282,6 +292,13 @@ def decode_audio_field(value: str, name: str = "ref_audio") -> bytes | Reference
     try:  # line breaks and spaces (the base64 command wraps at 76 columns) are not data
         data = base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError):
+        if text.startswith(("/", "./", "../", "~")) or text[1:3] == ":\\":
+            raise SpeechApiError(
+                400,
+                f"{name} looks like a file path, which a server cannot read from a client: send the file's bytes as a "
+                "data: URL (data:audio/wav;base64,...), or a file:// URL of a file on the server under "
+                "--allowed-local-media-path",
+            ) from None
         raise SpeechApiError(400, f"{name} is not base64 (nor a data:, http(s):// or file:// URL)") from None
     if not data:
         raise SpeechApiError(400, f"{name} is empty")

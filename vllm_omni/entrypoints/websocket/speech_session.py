@@ -22,11 +22,14 @@ sample_rate}``; the audio as binary messages (``stream_audio``: chunks as decode
 ``edge_hardware``: the codec stream's own messages, start and done as text, frames as binary); ``audio.done``
 ``{utterance_index, sentence_index, total_bytes, error, frames}``; then ``session.done`` ``{utterance_index,
 total_sentences}``. ``{"type": "error", "message"}`` reports a refused message (the session goes on) or a failed
-utterance (then ``audio.done`` has ``error: true``). Before a valid first ``session.config``, an error ends the
-session: close 4400 (4404 for an unserved ``edge_hardware``). The limits of :mod:`.socket_session` hold: a message
-over ``--speech-max-body-bytes`` closes with 1009; buffered text is bounded by ``--speech-max-input-chars`` (an
-``input.text`` past it is refused, the session going on), a streamed utterance's text by
-``--speech-socket-max-queued-chars`` (close 4413: a request cannot lose text in its middle); no message and
+utterance (then ``audio.done`` has ``error: true``). A first message that is not a ``session.config`` (another
+type, a field of the wrong type) ends the session with close 4400, an unserved ``edge_hardware`` with 4404; a first
+``session.config`` this checkpoint cannot speak (an unknown voice, ``word_timestamps``, a reference it cannot fetch)
+is said in an ``error`` at once and again at each ``input.done`` (then ``session.done``, no audio), as upstream
+does, and the session stays open for a ``session.config`` it can speak. The limits of :mod:`.socket_session`
+hold: a message over ``--speech-max-body-bytes`` closes with 1009; buffered text is bounded by
+``--speech-max-input-chars`` (an ``input.text`` past it is refused, the session going on), a streamed utterance's
+text by ``--speech-socket-max-queued-chars`` (close 4413: a request cannot lose text in its middle); no message and
 nothing to speak for ``--speech-socket-idle-s`` (in stream mode: no text) closes with 4408, as does a session past
 ``--speech-socket-max-s``.
 """
@@ -46,7 +49,7 @@ import numpy as np
 
 from vllm_omni.errors import RequestRefused
 
-from ..openai.speech_api import SpeechApiError, check_text, speech_body
+from ..openai.speech_api import BodyShapeError, SpeechApiError, check_text, speech_body
 from ..server.serving_state import ServingState
 from .socket_session import (
     CLOSE_BAD_MESSAGE,
@@ -88,6 +91,11 @@ class SessionSettings:
     config: Any
     template: Any
     plan: Any = None
+    refusal: str | None = None  # a first session.config this checkpoint cannot speak: why, said per utterance
+
+    @property
+    def streams_text(self) -> bool:
+        return self.config is not None and self.config.text_mode == "stream"
 
 
 @dataclass
@@ -158,8 +166,15 @@ class SpeechSession(SocketSession):
                 )
             try:
                 self.settings = await self.configure(first)
-            except SpeechApiError as error:
-                await self.close(CLOSE_NOT_SERVED if error.status == 404 else CLOSE_BAD_MESSAGE, str(error))
+            except BodyShapeError as error:  # not a session.config at all
+                await self.close(CLOSE_BAD_MESSAGE, str(error))
+            except RequestRefused as error:
+                if error.status == 404:  # an unserved edge_hardware: this session has nothing to send
+                    await self.close(CLOSE_NOT_SERVED, str(error))
+                # What this checkpoint cannot speak is said now and at each input.done, and the session stays open,
+                # as upstream's (its clients read errors per utterance, then session.done).
+                self.settings = SessionSettings(None, None, refusal=str(error))
+                await self.error(str(error))
             self.speaker = asyncio.create_task(self.speak_all())
             try:
                 await self.listen()
@@ -169,7 +184,8 @@ class SpeechSession(SocketSession):
                 await asyncio.gather(self.speaker, return_exceptions=True)
 
     async def configure(self, message: dict) -> SessionSettings:
-        """A ``session.config`` checked and its voice resolved; :class:`SpeechApiError` (404: an unserved class)."""
+        """A ``session.config`` checked and its voice resolved; :class:`SpeechApiError` otherwise (a
+        :class:`BodyShapeError` for one that is not a session.config, 404 for an unserved class)."""
         speech = self.speech
         fields = {key: value for key, value in message.items() if key != "type"}
         if fields.get("edge_hardware") is not None and fields.setdefault("response_format", "codec") != "codec":
@@ -179,8 +195,9 @@ class SpeechSession(SocketSession):
             raise SpeechApiError(400, "session.config: response_format codec needs edge_hardware")
         try:
             config = speech_body(self.config_model, fields, speech.limits, speech.served_models, speech.config)
-        except SpeechApiError as error:
-            raise SpeechApiError(error.status, f"session.config: {str(error).removeprefix('invalid ')}") from None
+        except SpeechApiError as error:  # a BodyShapeError stays one
+            message = f"session.config: {str(error).removeprefix('invalid ')}"
+            raise type(error)(error.status, message) from None
         if config.text_mode == "stream" and config.non_streaming_mode:
             raise SpeechApiError(
                 400, "session.config: text_mode 'stream' speaks in the streamed-text layout: drop non_streaming_mode"
@@ -269,7 +286,7 @@ class SpeechSession(SocketSession):
         except SpeechApiError as error:
             await self.error(f"input.text refused: {error}")
             return
-        if self.settings.config.text_mode == "stream":
+        if self.settings.streams_text:
             utterance = self.streaming or self.begin_streamed()
             utterance.streamed_chars += len(text)
             if utterance.streamed_chars > limits.socket_max_queued_chars:
@@ -319,32 +336,40 @@ class SpeechSession(SocketSession):
     # -- speaking ----------------------------------------------------------------------------------------------
 
     async def speak_all(self) -> None:
-        """The queued utterances in order, each framed by its messages; returns at ``session.close``."""
-        from ..server.speech_streams import public_error
-
+        """The queued utterances in order, each followed by ``session.done``; returns at ``session.close``."""
         while (utterance := await self.utterances.get()) is not None:
             try:
-                if not utterance.empty:
-                    failure = None
-                    await self.send_text(_json(self.audio_start(utterance)))
-                    try:
-                        await self.speak(utterance)
-                    except (asyncio.CancelledError, SocketClosed):
-                        raise
-                    except (RequestRefused, UtteranceFailed) as error:  # said already, or the client's to fix
-                        failure = str(error)
-                    except Exception as error:
-                        failure = public_error(error)
-                    if failure is not None:
-                        await self.error(f"utterance {utterance.index} failed: {failure}")
-                    done = {"type": "audio.done", "utterance_index": utterance.index, "sentence_index": 0}
-                    done |= {"total_bytes": utterance.total_bytes, "error": failure is not None}
-                    await self.send_text(_json(done | {"frames": utterance.frames}))
+                if utterance.empty:
+                    pass
+                elif utterance.settings.refusal is not None:  # upstream: an error, then session.done
+                    await self.error(f"utterance {utterance.index} not spoken: {utterance.settings.refusal}")
+                else:
+                    await self.speak_framed(utterance)
                 sentences = 0 if utterance.empty else 1
                 done = {"type": "session.done", "utterance_index": utterance.index, "total_sentences": sentences}
                 await self.send_text(_json(done))
             finally:
                 self.unfinished -= 1
+
+    async def speak_framed(self, utterance: Utterance) -> None:
+        """``audio.start``, the utterance's audio, ``audio.done``; a failure is said in an ``error`` before it."""
+        from ..server.speech_streams import public_error
+
+        failure = None
+        await self.send_text(_json(self.audio_start(utterance)))
+        try:
+            await self.speak(utterance)
+        except (asyncio.CancelledError, SocketClosed):
+            raise
+        except (RequestRefused, UtteranceFailed) as error:  # said already, or the client's to fix
+            failure = str(error)
+        except Exception as error:
+            failure = public_error(error)
+        if failure is not None:
+            await self.error(f"utterance {utterance.index} failed: {failure}")
+        done = {"type": "audio.done", "utterance_index": utterance.index, "sentence_index": 0}
+        done |= {"total_bytes": utterance.total_bytes, "error": failure is not None, "frames": utterance.frames}
+        await self.send_text(_json(done))
 
     def audio_start(self, utterance: Utterance) -> dict[str, Any]:
         config = utterance.settings.config
