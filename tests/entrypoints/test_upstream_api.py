@@ -82,7 +82,7 @@ def test_task_type_is_inferred_from_the_reference_and_checked():
     status, message = refused({"input": "Hi.", "ref_text": "the transcript"})
     assert status == 400 and "task_type Base (inferred from ref_audio/ref_text)" in message
     status, message = refused({"input": "Hi.", "task_type": "VoiceDesign"})
-    assert status == 400 and "does not match the served model (custom_voice)" in message
+    assert status == 400 and "does not match the served model (CustomVoice): send task_type CustomVoice" in message
 
 
 def test_max_new_tokens_caps_the_talker_steps():
