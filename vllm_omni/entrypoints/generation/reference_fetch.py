@@ -98,7 +98,7 @@ def _shown(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
-def _check_host(parts: urllib.parse.SplitResult, rules: MediaRules) -> str:
+def _check_host(parts: urllib.parse.SplitResult, rules: MediaRules) -> None:
     host = (parts.hostname or "").lower()
     if not host:
         raise ReferenceFetchError("ref_audio: the URL names no host")
@@ -113,7 +113,6 @@ def _check_host(parts: urllib.parse.SplitResult, rules: MediaRules) -> str:
         literal = None
     if literal is not None and not rules.named(host) and not is_public(str(literal)):
         raise _private(host)
-    return host
 
 
 def _private(host: str) -> ReferenceFetchError:
@@ -123,7 +122,7 @@ def _private(host: str) -> ReferenceFetchError:
     )
 
 
-def _resolver(rules: MediaRules, host: str) -> Any:
+def _resolver(rules: MediaRules) -> Any:
     """aiohttp's resolver with every address checked: the connection uses exactly the addresses checked here."""
     from aiohttp.resolver import DefaultResolver
 
@@ -142,8 +141,8 @@ async def _fetch_http(url: str, rules: MediaRules) -> bytes:
 
     for _hop in range(MAX_REDIRECTS + 1):
         parts = urllib.parse.urlsplit(url)
-        host = _check_host(parts, rules)
-        connector = aiohttp.TCPConnector(resolver=_resolver(rules, host), use_dns_cache=False)
+        _check_host(parts, rules)
+        connector = aiohttp.TCPConnector(resolver=_resolver(rules), use_dns_cache=False)
         try:
             async with (
                 aiohttp.ClientSession(connector=connector, trust_env=False) as session,
@@ -155,16 +154,10 @@ async def _fetch_http(url: str, rules: MediaRules) -> bytes:
                 if response.status != 200:
                     raise ReferenceFetchError(f"ref_audio: {_shown(url)} answered HTTP {response.status}")
                 return await _read_bounded(response, url, rules.max_bytes)
-        except ReferenceFetchError:
-            raise
+        # The resolver's refusal (a ReferenceFetchError) reaches here as it was raised: aiohttp wraps OSErrors only.
         except aiohttp.ClientConnectorError as error:
-            if isinstance(error.os_error, ReferenceFetchError):
-                raise error.os_error from None
             raise ReferenceFetchError(f"ref_audio: cannot connect to {_shown(url)} ({error.os_error})") from None
         except (aiohttp.ClientError, OSError) as error:
-            cause = error.__cause__ if isinstance(error.__cause__, ReferenceFetchError) else None
-            if cause is not None:
-                raise cause from None
             raise ReferenceFetchError(f"ref_audio: fetching {_shown(url)} failed ({type(error).__name__})") from None
     raise ReferenceFetchError(f"ref_audio: more than {MAX_REDIRECTS} redirects")
 
