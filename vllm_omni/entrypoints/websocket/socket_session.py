@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Coroutine
 from typing import Any, NoReturn
 
 from ..openai.speech_api import SpeechApiError, parse_json, to_speech_request
@@ -114,6 +115,68 @@ class SocketSession:
 
     def session_time_left(self) -> float:
         return self.speech.limits.socket_max_s - (time.monotonic() - self.started)
+
+    # -- what each vocabulary says: its messages, when it is idle -----------------------------------------------
+
+    IDLE_HINT = "send a message"  # what the idle close tells the client to send
+
+    async def handle(self, message: dict) -> bool:
+        """One checked client message (``{"type": "disconnect"}`` when it left); True when the session is over."""
+        raise NotImplementedError
+
+    def last_activity(self, last_message: float) -> float:
+        """When the session last showed life (``last_message``: its client's last message)."""
+        return last_message
+
+    def idle_closes(self) -> bool:
+        """Whether a session idle past ``--speech-socket-idle-s`` closes now; False while it speaks (its client
+        is listening, not idle)."""
+        return True
+
+    # -- the session's loop -------------------------------------------------------------------------------------
+
+    async def serve(self, speaking: Coroutine[Any, Any, None]) -> None:
+        """``speaking`` as the session's speaker task while :meth:`listen` reads the client; the speaker is cancelled
+        (its engine requests aborted) when listening ends first."""
+        self.speaker = asyncio.create_task(speaking)
+        try:
+            await self.listen()
+        finally:
+            if not self.speaker.done():
+                self.speaker.cancel()
+            await asyncio.gather(self.speaker, return_exceptions=True)
+
+    async def listen(self) -> None:
+        """Client messages to :meth:`handle` until it says the session is over or the speaker ends; the session's
+        deadlines hold throughout (the whole session's, and idleness as :meth:`last_activity` and
+        :meth:`idle_closes` say)."""
+        speaker, limits = self.speaker, self.speech.limits
+        last_message = time.monotonic()
+        receive: asyncio.Task | None = None
+        try:
+            while not speaker.done():
+                receive = receive or asyncio.create_task(self.socket.receive())
+                idle_left = limits.socket_idle_s - (time.monotonic() - self.last_activity(last_message))
+                timeout = max(0.0, min(idle_left, self.session_time_left()))
+                done, _ = await asyncio.wait({receive, speaker}, timeout=timeout, return_when="FIRST_COMPLETED")
+                if speaker in done and receive not in done:
+                    return
+                if not done:  # a deadline (asyncio may wake a little early: SLACK_S)
+                    if self.session_time_left() <= SLACK_S:
+                        await self.close(CLOSE_TIMEOUT, f"the session is over its {limits.socket_max_s:g} s limit")
+                    now = time.monotonic()
+                    if now - self.last_activity(last_message) >= limits.socket_idle_s - SLACK_S:
+                        if self.idle_closes():
+                            await self.close(CLOSE_TIMEOUT, f"idle for {limits.socket_idle_s:g} s: {self.IDLE_HINT}")
+                        last_message = now  # still speaking: the client is listening, not idle
+                    continue
+                raw, receive = receive.result(), None
+                last_message = time.monotonic()
+                if await self.handle(await self.checked(raw)):
+                    return
+        finally:
+            if receive is not None and not receive.done():
+                receive.cancel()
 
     async def send_text(self, text: str) -> None:
         await self._send(self.socket.send_text, text)

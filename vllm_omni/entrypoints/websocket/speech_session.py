@@ -54,10 +54,8 @@ from ..server.serving_state import ServingState
 from .socket_session import (
     CLOSE_BAD_MESSAGE,
     CLOSE_NOT_SERVED,
-    CLOSE_TIMEOUT,
     CLOSE_TOO_MUCH_QUEUED,
     FLUSH_AFTER_S,
-    SLACK_S,
     SocketClosed,
     SocketSession,
 )
@@ -137,6 +135,8 @@ class SpeechSession(SocketSession):
     """One connection in upstream's vocabulary (module docstring). The listening task owns the session (reads,
     checks, closes); the speaker task speaks the queued utterances in order and sends their messages."""
 
+    IDLE_HINT = "send input.text, input.done or session.close"
+
     def __init__(self, serving: ServingState, socket: Any, speech_model: Any) -> None:
         super().__init__(serving, socket, speech_model)
         self.config_model = session_config_model(speech_model)
@@ -175,13 +175,9 @@ class SpeechSession(SocketSession):
                 # as upstream's (its clients read errors per utterance, then session.done).
                 self.settings = SessionSettings(None, None, refusal=str(error))
                 await self.error(str(error))
-            self.speaker = asyncio.create_task(self.speak_all())
-            try:
-                await self.listen()
-            finally:
-                if not self.speaker.done():
-                    self.speaker.cancel()
-                await asyncio.gather(self.speaker, return_exceptions=True)
+            await self.serve(self.speak_all())
+            if not self.speaker.cancelled() and self.speaker.exception() is None:  # session.close: all spoken
+                await self.close(1000, "session closed")
 
     async def configure(self, message: dict) -> SessionSettings:
         """A ``session.config`` checked and its voice resolved; :class:`SpeechApiError` otherwise (a
@@ -211,55 +207,25 @@ class SpeechSession(SocketSession):
 
     # -- listening ---------------------------------------------------------------------------------------------
 
-    async def listen(self) -> None:
-        """Client messages until the session closes; the deadlines hold throughout."""
-        limits = self.speech.limits
-        last_message = time.monotonic()
-        receive: asyncio.Task | None = None
-        try:
-            while not self.speaker.done():
-                receive = receive or asyncio.create_task(self.socket.receive())
-                idle_left = limits.socket_idle_s - (time.monotonic() - self.last_activity(last_message))
-                timeout = max(0.0, min(idle_left, self.session_time_left()))
-                done, _ = await asyncio.wait({receive, self.speaker}, timeout=timeout, return_when="FIRST_COMPLETED")
-                if self.speaker in done and receive not in done:
-                    break
-                if not done:  # a deadline (asyncio may wake a little early: SLACK_S)
-                    if self.session_time_left() <= SLACK_S:
-                        await self.close(CLOSE_TIMEOUT, f"the session is over its {limits.socket_max_s:g} s limit")
-                    now = time.monotonic()
-                    if now - self.last_activity(last_message) >= limits.socket_idle_s - SLACK_S:
-                        if self.streaming is not None or not self.unfinished:
-                            await self.close(
-                                CLOSE_TIMEOUT,
-                                f"idle for {limits.socket_idle_s:g} s: send input.text, input.done or session.close",
-                            )
-                        last_message = now  # still speaking: the client is listening, not idle
-                    continue
-                raw, receive = receive.result(), None
-                last_message = time.monotonic()
-                message = await self.checked(raw)
-                if message["type"] == "disconnect":
-                    return
-                if not self.closing:
-                    await self.handle(message)
-        finally:
-            if receive is not None and not receive.done():
-                receive.cancel()
-        if self.speaker.done() and not self.speaker.cancelled() and self.speaker.exception() is None:
-            await self.close(1000, "session closed")
+    def idle_closes(self) -> bool:
+        """Idle with nothing to speak, or while a streamed utterance waits for text."""
+        return self.streaming is not None or not self.unfinished
 
     def last_activity(self, last_message: float) -> float:
         """A client message; in stream mode, while an utterance's text is arriving, text only (any other message
         does not keep a paused request alive)."""
         return self.last_text if self.streaming is not None else last_message
 
-    async def handle(self, message: dict) -> None:
+    async def handle(self, message: dict) -> bool:
         kind = message["type"]
+        if kind == "disconnect":
+            return True
+        if self.closing:  # after session.close the session only speaks what is queued
+            return False
         if kind == "session.config":
             if self.buffer or self.streaming is not None:
                 await self.error("session.config cannot be applied while input is buffered; send input.done first")
-                return
+                return False
             try:
                 self.settings = await self.configure(message)
             except SpeechApiError as error:
@@ -274,6 +240,7 @@ class SpeechSession(SocketSession):
             self.utterances.put_nowait(None)
         else:
             await self.error(f"unknown message type {kind!r} (session.config, input.text, input.done, session.close)")
+        return False
 
     async def take_text(self, text: Any) -> None:
         limits = self.speech.limits

@@ -20,10 +20,8 @@ from .socket_session import (
     CLOSE_BAD_MESSAGE,
     CLOSE_NOT_SERVED,
     CLOSE_SEND_S,
-    CLOSE_TIMEOUT,
     CLOSE_TOO_MUCH_QUEUED,
     FLUSH_AFTER_S,
-    SLACK_S,
     SocketClosed,
     SocketSession,
 )
@@ -63,6 +61,8 @@ class SpeechSocket(SocketSession):
     One task owns the session (reads, checks, closes); the speaker task only sends frames.
     """
 
+    IDLE_HINT = "send text, flush, end or cancel"
+
     def __init__(self, serving: ServingState, socket: Any, speech_model: Any) -> None:
         super().__init__(serving, socket, speech_model)
         self.segments: asyncio.Queue[str | None] = asyncio.Queue()
@@ -74,6 +74,7 @@ class SpeechSocket(SocketSession):
         self.pieces: asyncio.Queue[str | None] = asyncio.Queue()  # stream mode: the client's text, then None
         self.streamed_chars = 0
         self.last_sent = 0.0  # when the last frames message left
+        self.segmenter: TextSegmenter | None = None  # sentence mode: the text cut into sentences
 
     async def last_words(self, code: int, message: str) -> None:
         """A stream that started hears the whole message in its done."""
@@ -114,18 +115,12 @@ class SpeechSocket(SocketSession):
             await self.close(CLOSE_BAD_MESSAGE, f"start: {error}")
         except RequestRefused as error:
             await self.close(CLOSE_BAD_MESSAGE, str(error))
-        segmenter = TextSegmenter(limits.max_input_chars)
+        segmenter = self.segmenter = TextSegmenter(limits.max_input_chars)
         if body.input and self.text_mode == "stream":
             await self.queue_piece(body.input)
         elif body.input:
             await self.queue([*segmenter.add(body.input), segmenter.flush()])
-        speaker = self.speaker = asyncio.create_task(self.speak(body, template, plan))
-        try:
-            await self.listen(speaker, segmenter)
-        finally:
-            if not speaker.done():
-                speaker.cancel()
-            await asyncio.gather(speaker, return_exceptions=True)
+        await self.serve(self.speak(body, template, plan))
 
     async def queue(self, segments: list[str | None]) -> None:
         limit = self.speech.limits.socket_max_queued_chars
@@ -158,41 +153,9 @@ class SpeechSocket(SocketSession):
         while (piece := await self.pieces.get()) is not None:
             yield piece
 
-    async def listen(self, speaker: asyncio.Task, segmenter: TextSegmenter) -> None:
-        """Client messages until the speaker is done: text is segmented and queued, ``cancel`` stops the speech
-        now; the session's deadlines hold throughout, after ``end`` too."""
-        limits = self.speech.limits
-        last_message = time.monotonic()
-        receive: asyncio.Task | None = None
-        try:
-            while not speaker.done():
-                receive = receive or asyncio.create_task(self.socket.receive())
-                now = time.monotonic()
-                idle_left = limits.socket_idle_s - (now - self.last_activity(last_message))
-                total_left = self.session_time_left()
-                done, _ = await asyncio.wait(
-                    {receive, speaker}, timeout=max(0.0, min(idle_left, total_left)), return_when="FIRST_COMPLETED"
-                )
-                if speaker in done and receive not in done:
-                    return
-                if not done:  # a deadline (asyncio may wake a little early: SLACK_S)
-                    now = time.monotonic()
-                    if self.session_time_left() <= SLACK_S:
-                        await self.close(CLOSE_TIMEOUT, f"the session is over its {limits.socket_max_s:g} s limit")
-                    if now - self.last_activity(last_message) >= limits.socket_idle_s - SLACK_S:
-                        if self.text_mode == "stream" or (not self.speaking and self.segments.empty()):
-                            await self.close(
-                                CLOSE_TIMEOUT, f"idle for {limits.socket_idle_s:g} s: send text, flush, end or cancel"
-                            )
-                        last_message = now  # still speaking: the client is listening, not idle
-                    continue
-                raw, receive = receive.result(), None
-                last_message = time.monotonic()
-                if await self.handle(await self.checked(raw), speaker, segmenter):
-                    return
-        finally:
-            if receive is not None and not receive.done():
-                receive.cancel()
+    def idle_closes(self) -> bool:
+        """Stream mode: idle is idle (a talker waiting for text); sentence mode: only with nothing to speak."""
+        return self.text_mode == "stream" or (not self.speaking and self.segments.empty())
 
     def last_activity(self, last_message: float) -> float:
         """When the session last showed life: a client message, or (stream mode, before ``end``) frames sent. A
@@ -203,8 +166,9 @@ class SpeechSocket(SocketSession):
             return time.monotonic()
         return max(last_message, self.last_sent)
 
-    async def handle(self, message: dict, speaker: asyncio.Task, segmenter: TextSegmenter) -> bool:
+    async def handle(self, message: dict) -> bool:
         """One client message; True when the session is over."""
+        speaker, segmenter = self.speaker, self.segmenter
         kind = message["type"]
         if kind in ("cancel", "disconnect"):
             speaker.cancel()
