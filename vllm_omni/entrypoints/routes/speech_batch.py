@@ -4,7 +4,8 @@ The body is ``items`` (1 to ``--speech-max-batch-items``, each with its ``input`
 ``POST /v1/audio/speech``) and defaults for every item at its top level (an item's own value wins; the
 ``response_format`` default is upstream's ``wav``). Each item is checked as a request of its own and spoken
 whole (no streaming, no codec stream: the answer is JSON); the items run concurrently in the engine, each
-bounded as a single request is, and a client that leaves aborts every one of them. The answer is upstream's:
+bounded as a single request is, and a client that leaves aborts every one of them. Items that give the same
+reference audio (a top-level ``ref_audio``: every item) share one encoding of the voice. The answer is upstream's:
 ``{id, results: [{index, status: "success", audio_data (base64), media_type, usage} | {index, status: "error",
 error}], total, succeeded, failed}``, 200 whatever the items' fates; a body that is not a batch is a 400.
 """
@@ -13,6 +14,7 @@ error}], total, succeeded, failed}``, 200 whatever the items' fates; a body that
 # annotation.
 import asyncio
 import base64
+import dataclasses
 import uuid
 from typing import Any
 
@@ -63,6 +65,19 @@ def speech_batch_route(service: Any, speech_model: Any) -> Any:
         if model is not None and model not in speech.served_models:
             raise SpeechApiError(404, f"model {model!r} is not served here; served: {', '.join(speech.served_models)}")
 
+        made: dict[tuple, asyncio.Future] = {}  # a cloned voice per reference: a batch default is one for all items
+
+        async def with_voice(request: Any) -> Any:
+            """``request`` with its cloned voice, encoded once for every item that gives the same reference."""
+            if request.ref_audio is None and request.speaker_embedding is None:
+                return request
+            key = (request.ref_audio, request.ref_text, request.x_vector_only_mode)
+            key += (tuple(request.speaker_embedding or ()),)
+            if key not in made:
+                made[key] = asyncio.ensure_future(speech.resolve_voice(request))
+            voice = (await made[key]).voice
+            return dataclasses.replace(request, voice=voice, ref_audio=None, speaker_embedding=None, ref_text=None)
+
         async def speak(index: int, fields: dict[str, Any]) -> dict[str, Any]:
             try:
                 if fields.get("stream") or "stream_format" in fields or fields.get("response_format") == "codec":
@@ -73,7 +88,8 @@ def speech_batch_route(service: Any, speech_model: Any) -> Any:
                     )
                 body = speech_body(speech_model, fields, speech.limits, speech.served_models, speech.config)
                 request_id = f"speech-batch-{uuid.uuid4().hex}"
-                prepared = await speech.prepare(to_speech_request(body, speech.voices.store), request_id)
+                voiced = await with_voice(to_speech_request(body, speech.voices.store))
+                prepared = await speech.prepare(voiced, request_id)
                 counts: dict[str, int] = {}
                 fmt = body.response_format
                 stream = audio_stream(speech, prepared, request_id, fmt, body.speed, counts, body.first_frames)
