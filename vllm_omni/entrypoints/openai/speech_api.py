@@ -258,8 +258,8 @@ def with_upstream_meaning(body: Any, model_type: str, speakers: list[str]) -> An
         voice = DEFAULT_SPEAKER if DEFAULT_SPEAKER in [s.lower() for s in speakers] else speakers[0]
     if voice != body.voice:
         updates["voice"] = voice
-    if not updates:
-        return body
+    if not body.extra_params:  # the voice alone: a value of the body's own type, nothing to validate again
+        return body.model_copy(update=updates) if updates else body
     from pydantic import ValidationError
 
     try:  # validated again: extra_params' values are checked as the fields they set
