@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -89,6 +90,40 @@ def engine_loop():
     loop.close()
 
 
+class KvUsage:
+    """A vLLM stat logger (``stat_loggers=[KvUsage]``) keeping each engine's last scheduler stats, by its config's
+    ``instance_id``: the engine's own KV-cache usage and request counts, reported after every engine step."""
+
+    latest: ClassVar[dict[str, object]] = {}
+
+    def __init__(self, vllm_config, engine_index: int = 0) -> None:
+        self.key = vllm_config.instance_id
+
+    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
+        if scheduler_stats is not None:
+            KvUsage.latest[self.key] = scheduler_stats
+
+    def log_engine_initialized(self) -> None:
+        pass
+
+    def log(self) -> None:
+        pass
+
+
+async def kv_freed(generator, seconds: float) -> bool:
+    """Whether, within ``seconds``, ``generator``'s engine reports no request and a KV-cache usage of zero (not
+    only the API side's count: a leaked engine request or its blocks would show here)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline:
+        stats = KvUsage.latest.get(generator.engine.vllm_config.instance_id)
+        idle = stats is not None and not stats.num_running_reqs + stats.num_waiting_reqs
+        if idle and stats.kv_cache_usage == 0 and not generator.engine.output_processor.get_num_unfinished_requests():
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
 class StreamingEngines:
     """An ``AsyncCodecFrameGenerator`` per checkpoint directory with the tests' engine settings, started when first
     asked for and shut down at the end of the session (an engine start is about 20 s on 2 cores)."""
@@ -101,7 +136,7 @@ class StreamingEngines:
         from vllm_omni.entrypoints.generation.speech import AsyncCodecFrameGenerator
 
         if checkpoint not in self.started:
-            self.started[checkpoint] = AsyncCodecFrameGenerator(checkpoint, **self.settings)
+            self.started[checkpoint] = AsyncCodecFrameGenerator(checkpoint, stat_loggers=[KvUsage], **self.settings)
         return self.started[checkpoint]
 
     def shutdown(self) -> None:

@@ -872,6 +872,7 @@ def test_upstreams_streaming_client_two_utterances_per_connection(server):
             "total_bytes": len(audio),
             "error": False,
             "frames": 8,
+            "ending": "complete",
         }
         assert session_done == {"type": "session.done", "utterance_index": index, "total_sentences": 1}
     # --stream-audio (with pcm, as upstream requires) and --simulate-stt: word pieces, PCM chunks
@@ -907,6 +908,50 @@ def test_upstream_vocabulary_with_streamed_text_and_codec_frames(server, offline
     np.testing.assert_array_equal(frames, offline_frames["hello"][:20])
 
 
+def test_a_voice_agent_barges_in_and_speaks_again_on_the_same_socket(server):
+    """Stream mode with ``alignment``: each frames message is followed by ``audio.progress`` (frames sent, the text
+    they had read); ``input.cancel`` stops the utterance mid-text and its ``audio.done`` says what was spoken; the
+    next utterance on the same socket is spoken whole, and says so."""
+    from websockets.sync.client import connect
+
+    config = {"type": "session.config", "voice": "Ryan", "language": "English", "greedy": True, "max_frames": 60}
+    config |= {"text_mode": "stream", "edge_hardware": "cpu_x86_64", "alignment": True}
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+
+    def until(socket, kind: str) -> list:
+        messages = []
+        while not (messages and isinstance(messages[-1], dict) and messages[-1].get("type") == kind):
+            message = socket.recv(timeout=120)
+            messages.append(message if isinstance(message, bytes) else json.loads(message))
+        return messages
+
+    first = "Hello there, this is the first answer, "
+    with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}, open_timeout=60) as socket:
+        socket.send(json.dumps(config))
+        socket.send(json.dumps({"type": "input.text", "text": first}))
+        heard = until(socket, "audio.progress")  # the talker speaks what it has, then waits for more text
+        socket.send(json.dumps({"type": "input.cancel"}))
+        heard += until(socket, "session.done")
+        socket.send(json.dumps({"type": "input.text", "text": HELLO["input"]}))
+        socket.send(json.dumps({"type": "input.done"}))
+        again = until(socket, "session.done")
+        socket.send(json.dumps({"type": "session.close"}))
+    progress = [m for m in heard if isinstance(m, dict) and m["type"] == "audio.progress"]
+    done = next(m for m in heard if isinstance(m, dict) and m["type"] == "audio.done")
+    assert done["ending"] == "cancelled" and not done["error"] and done["frames"] >= 1
+    assert done["text_chars"] == len(first) and 0 < done["text_offset"] <= len(first)
+    assert [p["frames"] for p in progress] == sorted(p["frames"] for p in progress) and progress[-1]["frames"] <= done[
+        "frames"
+    ]
+    assert all(p["text_offset"] <= done["text_offset"] for p in progress)
+    done = next(m for m in again if isinstance(m, dict) and m["type"] == "audio.done")
+    assert again[0]["utterance_index"] == 1 and done["utterance_index"] == 1 and not done["error"]
+    assert done["ending"] in ("complete", "eos", "max_frames") and done["text_chars"] == len(HELLO["input"])
+    if done["ending"] == "complete":
+        assert done["text_offset"] == len(HELLO["input"])
+    assert running_requests(server) == 0
+
+
 def test_bad_input_in_upstreams_vocabulary_gets_its_error_and_the_session_serves_on(server):
     config = {**UPSTREAM_CONFIG, "response_format": "pcm", "greedy": True, "max_new_tokens": 4}
     bad = [
@@ -918,7 +963,7 @@ def test_bad_input_in_upstreams_vocabulary_gets_its_error_and_the_session_serves
     heard, code = upstream_socket(server, config, [[HELLO["input"]]], extra=bad)
     errors = [m["message"] for m in heard[0] if isinstance(m, dict) and m["type"] == "error"]
     assert len(errors) == 4 and "string text" in errors[0] and "unknown speaker 'Nobody'" in errors[1]
-    assert "unknown message type 'input.flush'" in errors[2] and "needs edge_hardware" in errors[3]
+    assert "input.flush commits the pending word" in errors[2] and "needs edge_hardware" in errors[3]
     assert [m["type"] for m in heard[0] if isinstance(m, dict)][-3:] == ["audio.start", "audio.done", "session.done"]
     assert code == 1000  # the refused config left the first one in place: pcm, vivian
     # an utterance the engine cannot take (its prompt past max_model_len): said in its codec stream's done, in an

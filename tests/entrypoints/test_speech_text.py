@@ -74,6 +74,7 @@ def test_frames_leave_first_alone_then_in_batches():
     assert asyncio.run(sizes([3, 9], 4)) == [1, 4, 4, 3]
     assert asyncio.run(sizes([1] * 3, 1)) == [1, 1, 1]
     assert asyncio.run(sizes([], 4)) == []
+    assert asyncio.run(sizes([1, 2, 0, 1, 0, 0, 5], 4)) == [1, 2, 1, 4, 1]  # empty: the talker waits, send all
 
 
 @pytest.mark.parametrize("per_message", [1, 3, 4, 7])

@@ -20,6 +20,7 @@ import pytest
 
 from vllm_omni.entrypoints.generation.speech import AsyncCodecFrameGenerator, SpeechRequest, SpeechRequestError
 
+from .conftest import kv_freed
 from .oracle import run_oracle
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
@@ -225,17 +226,8 @@ def test_sampled_frames_with_a_seed_equal_the_whole_texts(engines, short_clip, l
     np.testing.assert_array_equal(streamed, whole)
 
 
-def unfinished(generator: AsyncCodecFrameGenerator) -> int:
-    return generator.engine.output_processor.get_num_unfinished_requests()
-
-
 async def freed_within(generator: AsyncCodecFrameGenerator, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while unfinished(generator):
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
+    return await kv_freed(generator, seconds)
 
 
 def test_bad_text_streams_fail_with_their_message_and_free_the_request(engines, short_clip, loop):

@@ -218,6 +218,7 @@ class _SpeechFrontend:
         sub_greedy = (not d["subtalker_dosample"]) if request.greedy is None else request.greedy
         pick = lambda value, name: d[name] if value is None else value  # noqa: E731
         check_sampling({name: pick(getattr(request, name), name) for name in SAMPLING_FIELDS})
+        greedy = greedy or float(pick(request.temperature, "temperature")) < 1e-5  # as vLLM reads temperature 0
         try:
             spec = TalkerRequestSpec(
                 request_key=request_key or uuid.uuid4().hex,
@@ -225,6 +226,10 @@ class _SpeechFrontend:
                 text_open=text_open,
                 repetition_penalty=float(pick(request.repetition_penalty, "repetition_penalty")),
                 min_new_tokens=MIN_NEW_TOKENS,
+                greedy=greedy,
+                temperature=float(pick(request.temperature, "temperature")),
+                top_k=max(0, int(pick(request.top_k, "top_k"))),
+                top_p=float(pick(request.top_p, "top_p")),
                 subtalker_greedy=sub_greedy,
                 subtalker_temperature=float(pick(request.subtalker_temperature, "subtalker_temperature")),
                 subtalker_top_k=int(pick(request.subtalker_top_k, "subtalker_top_k")),
@@ -237,11 +242,8 @@ class _SpeechFrontend:
             talker = self.config.talker_config
             spec.check_voice(talker.hidden_size, talker.num_code_groups, talker.codebook_size)
             params = SamplingParams(
-                max_tokens=max_frames + 1,
-                temperature=0.0 if greedy else float(pick(request.temperature, "temperature")),
-                top_k=int(pick(request.top_k, "top_k")) if not greedy else -1,
-                top_p=float(pick(request.top_p, "top_p")) if not greedy else 1.0,
-                seed=request.seed,
+                max_tokens=max_frames,  # the model makes frame j whole in the step that samples token j
+                temperature=0.0,  # the model picks codebook 0 (spec.greedy ...): vLLM's sampler takes what it left
                 stop_token_ids=[self.config.talker_config.codec_eos_token_id],
                 logprobs=residual_logprobs(talker.num_code_groups),
                 detokenize=False,
@@ -342,12 +344,13 @@ class CodecFrameGenerator(_SpeechFrontend):
 class AsyncCodecFrameGenerator(_SpeechFrontend):
     """Streaming generation on ``AsyncLLM``: ``async for frames in gen.stream(request)``, frames as they are made."""
 
-    def __init__(self, model: str | os.PathLike[str], **engine_args: Any) -> None:
+    def __init__(self, model: str | os.PathLike[str], stat_loggers: list | None = None, **engine_args: Any) -> None:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         model = os.fspath(model)
-        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **talker_engine_args(engine_args)))
+        args = AsyncEngineArgs(model=model, **talker_engine_args(engine_args))
+        engine = AsyncLLM.from_engine_args(args, stat_loggers=stat_loggers)  # vLLM's StatLoggerFactory list
         self._attach(engine, model)
 
     @classmethod
@@ -358,9 +361,12 @@ class AsyncCodecFrameGenerator(_SpeechFrontend):
         return generator
 
     def _attach(self, engine: Any, model: str) -> None:
+        from .streamed_text import StreamHolds
+
         self.engine = engine
         model_config = engine.model_config
         self._setup(model, model_config, model_config.max_model_len)
+        self.stream_holds = StreamHolds.for_engine(engine.vllm_config)  # paused text streams' KV, bounded
 
     async def stream(self, request: SpeechRequest, request_id: str | None = None) -> AsyncIterator[np.ndarray]:
         """Yields ``int64[n, 16]`` arrays (n >= 1) of new frames, in order, until the utterance ends.
@@ -377,6 +383,8 @@ class AsyncCodecFrameGenerator(_SpeechFrontend):
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
+        from .streamed_text import TalkerFailure
+
         params = engine_request.sampling_params
         params.output_kind = RequestOutputKind.DELTA
         assembler = self.assembler()
@@ -388,6 +396,8 @@ class AsyncCodecFrameGenerator(_SpeechFrontend):
             frames = assembler.feed(completion.token_ids, completion.logprobs)
             if frames:
                 yield np.asarray(frames, dtype=np.int64).reshape(-1, groups)
+        if assembler.failed:
+            raise TalkerFailure("the engine could not go on with this request: see the server log")
 
     def stream_text(
         self,
@@ -395,6 +405,7 @@ class AsyncCodecFrameGenerator(_SpeechFrontend):
         pieces: AsyncIterable[str],
         request_id: str | None = None,
         text_timeout_s: float | None = None,
+        report: Any = None,
     ) -> AsyncIterator[np.ndarray]:
         """:meth:`stream` for text that arrives while it is spoken: ``request.text`` is None and ``pieces`` (an async
         iterable of ``str``; its end is the end of the text) feed one running request in the streamed-text layout.
@@ -402,11 +413,13 @@ class AsyncCodecFrameGenerator(_SpeechFrontend):
         Yields ``int64[n, 16]`` arrays of new frames as :meth:`stream` does; greedy frames equal the whole text's
         (``non_streaming_mode=False``) whatever the arrival schedule: a step whose text has not arrived is held
         (:mod:`.streamed_text`). A text error (a non-string piece, an empty text, ``text_timeout_s`` seconds
-        without text while the talker waits) is raised here. Closing the iterator aborts the request.
+        without a piece while the talker waits) is raised here. Closing the iterator aborts the request.
+        ``report`` (a :class:`~.streamed_text.StreamReport`) is filled in: what each frame had read of the text,
+        and how the utterance ended.
         """
         from .streamed_text import stream_text
 
-        return stream_text(self, request, pieces, request_id or uuid.uuid4().hex, text_timeout_s)
+        return stream_text(self, request, pieces, request_id or uuid.uuid4().hex, text_timeout_s, report)
 
     def shutdown(self) -> None:
         self.engine.shutdown()

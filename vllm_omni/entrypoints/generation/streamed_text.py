@@ -1,25 +1,39 @@
-"""One utterance whose text arrives while it is spoken: a text stream fed into one running talker request.
+"""One utterance whose text arrives while it is spoken: a text stream fed into a running talker request.
 
 The talker's streamed-text layout (``non_streaming_mode=False``) adds text token ``j + 1`` to the input of codec
-step ``j``; a step needs only the text up to its own row. So the request runs while its rows are known and is
-**held** at the first step whose text has not arrived: it is a vLLM streaming-input session (``AsyncLLM.generate``
-with an async generator of ``StreamingInput``, one resumable request, its KV cache kept), and each chunk of the
-session runs exactly the steps whose text is known:
+step ``j``; a step needs only the text up to its own row, and the model makes frame ``j`` whole in the step that
+samples it. So the request runs while its rows are known and is **held** at the first step whose text has not
+arrived: it is a vLLM streaming-input session (``AsyncLLM.generate`` with an async generator of
+``StreamingInput``, one resumable request, its KV cache kept), and each chunk of the session runs exactly the
+steps whose text is known:
 
 * chunk 1: the prompt (built once the text fills it: the first text token; in context, the reference frames'
-  positions), ``max_tokens`` = the tokens the known text allows (one more than the trailing text ids known);
+  positions), ``max_tokens`` = the frames the known text allows (one more than the trailing text ids known);
 * a chunk ends at its ``max_tokens`` and the request pauses (not scheduled: the other requests keep stepping).
   vLLM drops the last sampled token when a chunk ends, so the next chunk's one prompt token is that token again;
-  it starts once the previous chunk has ended and more text is known, naming every trailing text id known so far
-  in the talker spec (``text_open`` while more may come, ``tokens_before`` to check it continues the request);
+  it starts once more text is known and names only the trailing text ids added since the chunk before
+  (``TalkerRequestSpec.next_chunk``);
 * when the text ends, ``tts_eos`` joins the trailing text and the last chunk runs to EOS or the frame budget.
+
+**A paused session costs the others nothing they need** (:class:`StreamHolds`). vLLM keeps a paused session's KV
+blocks and its request slot, and never preempts it; a resumed session that finds no free block stops the
+scheduler's waiting queue. So a session keeps its KV while paused only within the engine's hold bounds (at most
+half the request slots and half the KV blocks held by paused sessions, each pause at most ``hold_s``); past them
+it is **released**: its request ends (the KV freed) and, once more text arrives, the stream resumes as a new
+request whose prompt is the old prompt followed by its frames' codebook-0 ids, and the worker recomputes those
+positions from the frames it is given (``TalkerRequestSpec.resume_frames``), exactly. A chunk that is not
+scheduled within ``chunk_deadline_s`` is released the same way.
+
+While the talker is held for text, the frames iterator yields an empty batch: every frame the known text allows
+has been sent, and a batcher holding frames for a fuller message should send them now.
 
 Tokens are committed by :class:`~vllm_omni.model_executor.models.qwen3_tts.text_stream.IncrementalTokenizer`
 (exactly the whole text's tokens), so greedy frames equal the whole text's in the streamed layout whatever the
-arrival schedule; the residual sampling is counter-based and codebook 0's seeded generator draws once per token
-either way, so seeded sampling is equal too. The cost of a held step: the frame whose residuals wait for the next
-step (its codebook 0 is sampled, its 15 residual codes come with the next step) is sent when the next text token
-arrives, one frame (80 ms) behind the text.
+arrival schedule and however often the stream is released; sampling is counter-based per frame (seed, frame
+index), so seeded sampling is equal too.
+
+:class:`StreamReport` says how the utterance went: the frames sent, per frame the characters of the text its
+step had read (what was sent to the talker, not an acoustic alignment), and how it ended (:data:`ENDINGS`).
 """
 
 from __future__ import annotations
@@ -27,7 +41,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import time
+import uuid
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
@@ -38,18 +54,106 @@ from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import ROLE_TOKENS
 from vllm_omni.model_executor.models.qwen3_tts.text_stream import IncrementalTokenizer
 
 MAX_PIECE_CHARS = 1 << 16  # one piece at most (a server applies its own, smaller, limits first)
+HOLD_S = 2.0  # how long a paused session keeps its KV cache before it is released (within the bounds)
+CHUNK_DEADLINE_S = 30.0  # a held session's next chunk not scheduled by then is released and resubmitted
+
+
+class _Flush:
+    def __repr__(self) -> str:
+        return "FLUSH"
+
+
+# Sent among the pieces: commit the pending word now (a client's opt-in flush; the ids from there on need not equal
+# the whole text's, see ``IncrementalTokenizer.flush``).
+FLUSH: Any = _Flush()
+
+# How an utterance ended (StreamReport.ending):
+ENDINGS = {
+    "complete": "the talker ended after speaking the whole text",
+    "eos": "the talker ended before the text did: the rest was not spoken",
+    "max_frames": "the frame budget (max_frames) ran out: the rest of the text was not spoken",
+    "failed": "the utterance failed: see the message",
+    "cancelled": "the utterance was stopped by its client",
+}
+
+
+class TalkerFailure(SpeechRequestError):
+    """The engine ended a request it could not go on with (its state did not fit a step; the server log says
+    why), or ended it before the utterance did. Raised after the frames made before the failure; a 500."""
+
+    status = 500
+
+
+@dataclasses.dataclass
+class StreamReport:
+    """How one streamed-text utterance went, filled in while it runs.
+
+    ``frame_chars[j]``: the characters of the text (as sent, NFC-normalized where the tokenizer normalizes) that
+    the step making frame ``j`` had read; ``text_chars``: all characters received; ``ending`` (:data:`ENDINGS`)
+    and ``message`` once it ended; ``releases``: how often its KV cache was released while it waited for text.
+    """
+
+    frame_chars: list[int] = dataclasses.field(default_factory=list)
+    text_chars: int = 0
+    ending: str | None = None
+    message: str = ""
+    releases: int = 0
+
+    @property
+    def frames(self) -> int:
+        return len(self.frame_chars)
+
+    @property
+    def spoken_chars(self) -> int:
+        """The characters the frames sent had read (all of them once the utterance is complete)."""
+        return self.frame_chars[-1] if self.frame_chars else 0
+
+    def end(self, ending: str, message: str = "") -> None:
+        if self.ending is None:
+            self.ending, self.message = ending, message
+
+
+class StreamHolds:
+    """The paused text streams of one engine that keep their KV cache, bounded so they never take what other
+    requests need: at most ``max_sessions`` (vLLM counts a paused session as running when it admits requests)
+    and ``max_blocks`` KV blocks in all, each for at most ``hold_s`` seconds."""
+
+    def __init__(self, max_sessions: int, max_blocks: int, block_size: int, hold_s: float = HOLD_S) -> None:
+        self.max_sessions, self.max_blocks, self.block_size, self.hold_s = max_sessions, max_blocks, block_size, hold_s
+        self.chunk_deadline_s = CHUNK_DEADLINE_S
+        self.held: dict[object, int] = {}
+
+    @classmethod
+    def for_engine(cls, vllm_config: Any) -> StreamHolds:
+        """Half the engine's request slots and half its KV blocks (vLLM reserves one block of its count)."""
+        cache, scheduler = vllm_config.cache_config, vllm_config.scheduler_config
+        blocks = max((cache.num_gpu_blocks or 0) - 1, 0)
+        return cls(max(scheduler.max_num_seqs // 2, 1), blocks // 2, cache.block_size)
+
+    def hold(self, session: object, tokens: int) -> bool:
+        """Whether ``session``, pausing with ``tokens`` in the KV cache, may keep them (then :meth:`release`)."""
+        blocks = math.ceil(tokens / self.block_size)
+        if len(self.held) >= self.max_sessions or sum(self.held.values()) + blocks > self.max_blocks:
+            return False
+        self.held[session] = blocks
+        return True
+
+    def release(self, session: object) -> None:
+        self.held.pop(session, None)
 
 
 class StreamedText:
     """Pieces of one utterance's text -> committed token ids, and the prompt and trailing text they allow."""
 
-    def __init__(self, generator: Any, request: Any, voice: Any) -> None:
+    def __init__(self, generator: Any, request: Any, voice: Any, timeout_s: float | None) -> None:
         self.prompts = generator.prompts
-        self.request, self.voice = request, voice
+        self.request, self.voice, self.timeout_s = request, voice, timeout_s
         self.tokens = IncrementalTokenizer(self.prompts.tokenizer, self.prompts.lock)
+        self.id_chars: list[int] = []  # per committed text id: the characters committed with it
         self.complete = False
         self.changed = asyncio.Event()
         self.error: BaseException | None = None
+        self.arrived = time.monotonic()  # the last piece (the text timeout counts from it)
         self.max_chars = generator.max_model_len * 16  # far more text than the engine has positions for
 
     def add(self, piece: Any) -> None:
@@ -60,13 +164,25 @@ class StreamedText:
                 f"the text grew past {self.max_chars} characters (a piece of at most {MAX_PIECE_CHARS}): "
                 "more than this engine can speak in one request"
             )
-        if self.tokens.add(piece):
+        self.arrived = time.monotonic()
+        if self._commit(self.tokens.add(piece)):
+            self.changed.set()
+
+    def flush(self) -> None:
+        """The client's flush: the pending word committed as it stands (``IncrementalTokenizer.flush``)."""
+        if self._commit(self.tokens.flush()):
             self.changed.set()
 
     def finish(self) -> None:
-        self.tokens.finish()
+        self._commit(self.tokens.finish())
         self.complete = True
         self.changed.set()
+
+    def _commit(self, ids: list[int]) -> list[int]:
+        tokens = self.tokens
+        chars = len(tokens.text) if tokens.finished else max(len(tokens.text) - len(tokens.pending), 0)
+        self.id_chars += [chars] * len(ids)
+        return ids
 
     def fail(self, error: BaseException) -> None:
         self.error = error
@@ -82,28 +198,188 @@ class StreamedText:
             role, text_ids, r.speaker, r.language, r.instruct, False, self.voice, complete=self.complete
         )
 
-    async def wait(self, timeout: float | None) -> None:
-        """Until more text is committed, the text ends or fails (raised here); ``timeout``: seconds without."""
+    async def wait(self, hold_s: float | None = None) -> bool:
+        """Until more text is committed or the text ends (True), ``hold_s`` passes (False), or the text fails
+        (raised here). The text timeout counts from the last piece received, committed or not."""
         if self.error is not None:
             raise self.error
         self.changed.clear()
-        try:
-            await asyncio.wait_for(self.changed.wait(), timeout)
-        except TimeoutError:
-            raise SpeechRequestError(f"no text arrived for {timeout:g} s while the talker waited for it") from None
+        hold_until = None if hold_s is None else time.monotonic() + hold_s
+        while True:
+            now = time.monotonic()
+            limits = [hold_until] if hold_until is not None else []
+            if self.timeout_s is not None:
+                limits.append(self.arrived + self.timeout_s)
+            try:
+                await asyncio.wait_for(self.changed.wait(), min(limits) - now if limits else None)
+                break
+            except TimeoutError:
+                now = time.monotonic()
+                if self.timeout_s is not None and now >= self.arrived + self.timeout_s:
+                    raise SpeechRequestError(
+                        f"no text arrived for {self.timeout_s:g} s while the talker waited for it"
+                    ) from None
+                if hold_until is not None and now >= hold_until:
+                    return False
         if self.error is not None:
             raise self.error
+        return True
 
 
-@dataclasses.dataclass
-class SessionProgress:
-    """What the engine has sampled in the session so far, seen from its outputs."""
+class TextSession:
+    """The engine requests of one streamed-text utterance: one streaming-input session, and a new one each time
+    the stream is released while it waits for text (see the module docstring)."""
 
-    sampled: int = 0  # codebook-0 tokens, every chunk
-    last_token: int | None = None
-    ended: bool = False  # EOS sampled, or the frame budget used
-    budget: int | None = None  # talker steps in all (max_frames + 1), once the first chunk is made
-    chunk_done: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    def __init__(self, generator: Any, request: Any, text: StreamedText, report: StreamReport, request_id: str):
+        self.generator, self.request, self.text, self.report = generator, request, text, report
+        self.request_id = request_id
+        self.holds: StreamHolds = generator.stream_holds
+        self.groups = generator.config.talker_config.num_code_groups
+        self.frames: list[list[int]] = []  # every frame made, 16 codes each
+        self.sampled = 0  # codebook-0 tokens sampled, every request and chunk
+        self.last_token: int | None = None
+        self.ended = False  # EOS, the budget, or a failure: no request after this one
+        self.released = False
+
+    def allowed(self, known: SpeechPrompt) -> int:
+        """The talker steps the text known now allows, within the budget."""
+        return self.budget if self.text.complete else min(self.budget, len(known.trailing_text_ids) + 1)
+
+    async def run(self) -> AsyncIterator[np.ndarray]:
+        text = self.text
+        prompt = text.prompt()
+        while prompt is None:
+            await text.wait()
+            prompt = text.prompt()
+        first = self.generator.engine_request(self.request, prompt, self.request_id, text_open=not text.complete)
+        self.params = first.sampling_params
+        self.budget = self.params.max_tokens  # max_frames talker steps in all
+        self.spec = TalkerRequestSpec.from_extra_args(self.params.extra_args)
+        self.prompt_ids = list(first.prompt_ids)
+        # Text ids the prompt holds (negative: reference text still trails): frame j has read `held + j` of them.
+        self.held_ids = len(text.tokens.text_ids) + (1 if text.complete else 0) - len(prompt.trailing_text_ids)
+        while True:
+            async for frames in self._request():
+                yield frames
+            if self.ended:
+                return
+            self.report.releases += 1
+            known = text.prompt()
+            while self.allowed(known) <= self.sampled:  # released while waiting: the engine holds nothing
+                await text.wait()
+                known = text.prompt()
+
+    async def _request(self) -> AsyncIterator[np.ndarray]:
+        """One engine request: the prompt (and the frames made before, if resumed), then a chunk per text."""
+        from vllm.engine.protocol import StreamingInput
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        text, holds = self.text, self.holds
+        key = f"{self.request_id}-{uuid.uuid4().hex[:12]}"  # one talker state per request, never shared
+        chunk_done = asyncio.Event()
+        self.released = False
+        pending_since: list[float | None] = [None]  # when a chunk after the first was sent, until its first output
+        known = text.prompt()
+        spec = dataclasses.replace(
+            self.spec,
+            request_key=key,
+            trailing_text_ids=tuple(known.trailing_text_ids),
+            text_open=not text.complete,
+            resume_frames=tuple(tuple(frame) for frame in self.frames),
+        )
+        prompt_ids = self.prompt_ids + [frame[0] for frame in self.frames]
+        held_before = len(self.frames)
+
+        async def chunks() -> AsyncIterator[Any]:
+            sent, last = len(spec.trailing_text_ids), spec
+            params = self.params.clone()
+            params.output_kind = RequestOutputKind.DELTA
+            params.max_tokens = self.allowed(known) - self.sampled
+            params.extra_args = spec.to_extra_args()
+            yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=prompt_ids), sampling_params=params)
+            while last.text_open:
+                await chunk_done.wait()
+                chunk_done.clear()
+                if self.ended:
+                    return
+                if text.error is not None:  # the text failed while the chunk ran: no chunk after it
+                    raise text.error
+                now = text.prompt()
+                if self.allowed(now) <= self.sampled:
+                    tokens = len(prompt_ids) + self.sampled - held_before
+                    if not holds.hold(self, tokens):  # over the hold bounds: released at once
+                        self.released = True
+                        return
+                    try:
+                        while self.allowed(now) <= self.sampled:
+                            if not await text.wait(holds.hold_s):
+                                self.released = True
+                                return
+                            now = text.prompt()
+                    finally:
+                        holds.release(self)
+                trailing = now.trailing_text_ids
+                last = last.next_chunk(trailing[sent:], not text.complete, self.sampled)
+                sent = len(trailing)
+                params = params.clone()
+                params.max_tokens = self.allowed(now) - self.sampled
+                params.extra_args = last.to_extra_args()
+                pending_since[0] = time.monotonic()
+                yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=[self.last_token]), sampling_params=params)
+
+        assembler = self.generator.assembler()
+        outputs = self.generator.engine.generate(chunks(), _first_params(self.generator), key)
+        async with contextlib.aclosing(outputs):
+            while True:
+                waiting = pending_since[0]
+                deadline = None if waiting is None else waiting + holds.chunk_deadline_s - time.monotonic()
+                try:
+                    output = await asyncio.wait_for(anext(outputs), deadline)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:  # a chunk not scheduled in time (no room in the engine): release, resubmit
+                    self.released = True
+                    break
+                pending_since[0] = None
+                completion = output.outputs[0]
+                made = assembler.feed(completion.token_ids, completion.logprobs)
+                if completion.token_ids:
+                    self.sampled += len(completion.token_ids)
+                    self.last_token = completion.token_ids[-1]
+                if made:
+                    self._sent(made)
+                    yield np.asarray(made, dtype=np.int64).reshape(-1, self.groups)
+                if assembler.ended or self.sampled >= self.budget:
+                    self._end(assembler)
+                if completion.finish_reason is not None and not output.finished:
+                    chunk_done.set()
+                    if not self.ended and self.allowed(text.prompt()) <= self.sampled:
+                        yield np.zeros((0, self.groups), dtype=np.int64)  # held for text: every frame is out
+        if not self.ended and not self.released:  # the engine ended the request otherwise (an abort)
+            self.ended = True
+            self.report.end("failed", "the engine ended the request before the utterance did")
+            raise TalkerFailure("the engine ended the request before the utterance did: see the server log")
+
+    def _sent(self, made: list[list[int]]) -> None:
+        chars = self.text.id_chars
+        for frame in made:
+            read = min(max(self.held_ids + len(self.frames), 0), len(chars))
+            self.report.frame_chars.append(chars[read - 1] if read else 0)
+            self.frames.append(frame)
+
+    def _end(self, assembler: Any) -> None:
+        self.ended = True
+        text, report = self.text, self.report
+        if assembler.failed:
+            report.end("failed", "the engine could not go on with this utterance (see the server log)")
+            raise TalkerFailure("the engine could not go on with this utterance: see the server log")
+        if not assembler.ended:
+            report.end("max_frames", f"the budget of {self.budget} frames ran out")
+        elif text.complete and report.spoken_chars >= len(text.tokens.text):
+            report.end("complete")
+        else:
+            report.end("eos", "the talker ended before the text did")
 
 
 async def stream_text(
@@ -112,90 +388,47 @@ async def stream_text(
     pieces: AsyncIterable[str],
     request_id: str,
     text_timeout_s: float | None = None,
+    report: StreamReport | None = None,
 ) -> AsyncIterator[np.ndarray]:
     """See ``AsyncCodecFrameGenerator.stream_text`` (``generator``; ``request``: a ``SpeechRequest``). As for any
-    request, ``max_frames`` caps the utterance: text past it is not spoken (as the official ``max_new_tokens``)."""
-    from vllm.engine.protocol import StreamingInput
-    from vllm.inputs import TokensPrompt
-    from vllm.sampling_params import RequestOutputKind
-
+    request, ``max_frames`` caps the utterance: text past it is not spoken (as the official ``max_new_tokens``),
+    and ``report`` says so."""
     if request.text is not None:
         raise SpeechRequestError("stream_text takes its text from `pieces`: set the request's text to None")
     if request.non_streaming_mode:
         raise SpeechRequestError("text that arrives in pieces is spoken in the streamed-text layout only")
+    report = report if report is not None else StreamReport()
     voice = await asyncio.to_thread(generator.voice_prompt, request)
     generator.prompts.check_voice_fields(request.speaker, request.instruct, voice)
-    text = StreamedText(generator, request, voice)
-    progress = SessionProgress()
+    text = StreamedText(generator, request, voice, text_timeout_s)
 
     async def read_pieces() -> None:
         try:
             async for piece in pieces:
+                if piece is FLUSH:
+                    text.flush()
+                    continue
                 text.add(piece)
+                report.text_chars = len(text.tokens.text)
             text.finish()
         except asyncio.CancelledError:
             raise
-        except BaseException as error:  # the session's error: raised to the consumer through the engine
+        except Exception as error:  # the session's error: raised to the consumer through the engine
             text.fail(error)
-
-    async def chunks() -> AsyncIterator[Any]:
-        prompt = text.prompt()
-        while prompt is None:
-            await text.wait(text_timeout_s)
-            prompt = text.prompt()
-        first = generator.engine_request(request, prompt, request_id, text_open=not text.complete)
-        params = first.sampling_params
-        params.output_kind = RequestOutputKind.DELTA
-        budget = progress.budget = params.max_tokens  # max_frames + 1 talker steps in all
-        spec = TalkerRequestSpec.from_extra_args(params.extra_args)
-
-        def allowed(known: SpeechPrompt) -> int:
-            return budget if text.complete else min(budget, len(known.trailing_text_ids) + 1)
-
-        params.max_tokens = allowed(prompt)
-        yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=first.prompt_ids), sampling_params=params)
-        while not text.complete or spec.text_open:
-            await progress.chunk_done.wait()
-            progress.chunk_done.clear()
-            if progress.ended:
-                return
-            if text.error is not None:  # the text failed while the chunk ran: no chunk after it
-                raise text.error
-            known = text.prompt()
-            while allowed(known) <= progress.sampled:
-                await text.wait(text_timeout_s)
-                known = text.prompt()
-            spec = dataclasses.replace(
-                spec,
-                trailing_text_ids=tuple(known.trailing_text_ids),
-                text_open=not text.complete,
-                tokens_before=progress.sampled,
-            )
-            params = params.clone()
-            params.max_tokens = allowed(known) - progress.sampled
-            params.extra_args = spec.to_extra_args()
-            chunk = TokensPrompt(prompt_token_ids=[progress.last_token])
-            yield StreamingInput(prompt=chunk, sampling_params=params)
+        except BaseException as error:  # not the text's to swallow: the consumer learns of it, then it goes on
+            text.fail(error)
+            raise
 
     reader = asyncio.create_task(read_pieces())
-    assembler = generator.assembler()
-    groups = generator.config.talker_config.num_code_groups
-    eos = generator.config.talker_config.codec_eos_token_id
     try:
-        outputs = generator.engine.generate(chunks(), _first_params(generator), request_id)
-        async with contextlib.aclosing(outputs):
-            async for output in outputs:
-                completion = output.outputs[0]
-                if completion.token_ids:
-                    progress.sampled += len(completion.token_ids)
-                    progress.last_token = completion.token_ids[-1]
-                frames = assembler.feed(completion.token_ids, completion.logprobs)
-                if completion.finish_reason is not None and not output.finished:
-                    ended = assembler.ended or progress.last_token == eos
-                    progress.ended = ended or progress.sampled >= progress.budget
-                    progress.chunk_done.set()
-                if frames:
-                    yield np.asarray(frames, dtype=np.int64).reshape(-1, groups)
+        async for frames in TextSession(generator, request, text, report, request_id).run():
+            yield frames
+    except (GeneratorExit, asyncio.CancelledError):
+        report.end("cancelled")
+        raise
+    except BaseException as error:
+        report.end("failed", str(error) or type(error).__name__)
+        raise
     finally:
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)

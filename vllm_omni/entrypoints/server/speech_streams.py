@@ -7,7 +7,6 @@ work (decoding, encoding) runs on the state's bounded decode pool, never on the 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
@@ -28,63 +27,27 @@ logger = logging.getLogger("vllm.omni.speech")  # under vLLM's logger: its handl
 
 
 async def frame_batches(
-    frames: AsyncIterator[np.ndarray], per_message: int, flush_after_s: float | None = None, first: int = 1
+    frames: AsyncIterator[np.ndarray], per_message: int, first: int = 1
 ) -> AsyncIterator[np.ndarray]:
     """``frames`` (arrays of new frames, as the engine makes them) regrouped for the wire: the first ``first``
     frames leave together as soon as they are made (one by default: first audio waits for nothing; upstream's
     ``initial_codec_chunk_frames``), then ``per_message`` frames at a time; the remainder leaves when the
-    utterance ends, or (``flush_after_s``) when no frame came for that long: a talker held for text sends what it
-    has made instead of keeping it until the text comes."""
-    # Closing this closes the engine stream: its request is aborted.
-    async with (
-        contextlib.aclosing(frames),
-        contextlib.aclosing(_regroup(frames, per_message, flush_after_s, first)) as batches,
-    ):
-        async for batch in batches:
-            yield batch
-
-
-async def _next_or_idle(frames: AsyncIterator[np.ndarray], timeout: float | None) -> AsyncIterator[Any]:
-    """``frames`` again, with ``None`` yielded whenever ``timeout`` seconds pass without a new item (the wait for
-    the item goes on: it is never cancelled, so the engine stream is not disturbed)."""
-    pending: asyncio.Future | None = None
-    try:
-        while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(frames))
-            done, _ = await asyncio.wait({pending}, timeout=timeout)
-            if not done:
-                yield None
-                continue
-            try:
-                item = pending.result()
-            except StopAsyncIteration:
-                return
-            pending = None
-            yield item
-    finally:
-        if pending is not None and not pending.done():
-            pending.cancel()
-            await asyncio.gather(pending, return_exceptions=True)
-
-
-async def _regroup(
-    frames: AsyncIterator[np.ndarray], per_message: int, flush_after_s: float | None, first: int
-) -> AsyncIterator[np.ndarray]:
+    utterance ends, or when ``frames`` yields an empty batch (a streamed-text talker held for its text: it has
+    sent every frame it can make until more text comes)."""
     from vllm_omni.edge.stream import message_batches
 
     pending: list[np.ndarray] = []
     held = 0
     first_left = first  # frames the first message still waits for
-    async with contextlib.aclosing(_next_or_idle(frames, flush_after_s)) as items:
-        async for new in items:
-            if new is None:  # idle: what is held leaves now
+    async with contextlib.aclosing(frames):  # closing this closes the engine stream: its request is aborted
+        async for new in frames:
+            if not len(new):  # the talker waits for text: what is held leaves now
                 if held:
                     yield np.concatenate(pending)
                     pending, held = [], 0
                     first_left = 0
                 continue
-            if first_left and len(new):
+            if first_left:
                 pending.append(new[:first_left])
                 held += len(pending[-1])
                 new = new[first_left:]

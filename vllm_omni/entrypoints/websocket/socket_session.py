@@ -30,7 +30,6 @@ CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455: the server is overloaded (--speech-max
 SLACK_S = 0.05  # how early a deadline may wake the socket's wait
 CLOSE_SEND_S = 5.0  # the done and close frames wait this long for a client that does not read
 MAX_REASON_BYTES = 123  # RFC 6455: a close reason fits in 123 bytes of UTF-8
-FLUSH_AFTER_S = 0.08  # streamed text: frames held for a full message leave after one frame's time without more
 
 
 def close_reason(message: str) -> str:

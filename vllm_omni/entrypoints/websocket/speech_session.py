@@ -49,13 +49,13 @@ import numpy as np
 
 from vllm_omni.errors import RequestRefused
 
+from ..generation.streamed_text import FLUSH, StreamReport
 from ..openai.speech_api import BodyShapeError, SpeechApiError, check_text, speech_body
 from ..server.serving_state import ServingState
 from .socket_session import (
     CLOSE_BAD_MESSAGE,
     CLOSE_NOT_SERVED,
     CLOSE_TOO_MUCH_QUEUED,
-    FLUSH_AFTER_S,
     SocketClosed,
     SocketSession,
 )
@@ -79,6 +79,7 @@ def session_config_model(speech_model: Any) -> Any:
         input=(str, ""),
         stream_audio=(bool, False),
         text_mode=(Literal["buffered", "stream"], "buffered"),
+        alignment=(bool, False),
     )
 
 
@@ -108,7 +109,17 @@ class Utterance:
     streamed_chars: int = 0
     first_piece: str = ""
     total_bytes: int = 0
-    frames: int = 0
+    frames: int = 0  # frames sent
+    report: StreamReport | None = None  # stream mode: what each frame had read, how it ended
+    speaking: asyncio.Task | None = None
+    cancelled: bool = False
+    ending: str | None = None  # once audio.done is sent
+
+    def text_offset(self) -> int | None:
+        """The characters of the text the frames sent had read (stream mode; None otherwise)."""
+        if self.report is None:
+            return None
+        return self.report.frame_chars[self.frames - 1] if self.frames else 0
 
     @property
     def empty(self) -> bool:
@@ -149,6 +160,7 @@ class SpeechSession(SocketSession):
         self.next_index = 0
         self.closing = False
         self.last_text = time.monotonic()
+        self.current: Utterance | None = None  # the utterance being spoken
 
     async def last_words(self, code: int, message: str) -> None:
         if code != 1000:
@@ -234,12 +246,19 @@ class SpeechSession(SocketSession):
             await self.take_text(message.get("text", ""))
         elif kind == "input.done":
             self.end_utterance()
+        elif kind == "input.cancel":
+            self.cancel_utterance()
+        elif kind == "input.flush":
+            await self.flush_text()
         elif kind == "session.close":
             self.end_utterance(only_open=True)
             self.closing = True
             self.utterances.put_nowait(None)
         else:
-            await self.error(f"unknown message type {kind!r} (session.config, input.text, input.done, session.close)")
+            await self.error(
+                f"unknown message type {kind!r} (session.config, input.text, input.flush, input.done, input.cancel, "
+                "session.close)"
+            )
         return False
 
     async def take_text(self, text: Any) -> None:
@@ -255,6 +274,12 @@ class SpeechSession(SocketSession):
             return
         if self.settings.streams_text:
             utterance = self.streaming or self.begin_streamed()
+            if utterance.ending is not None:  # spoken already: the talker ended before its text did
+                await self.error(
+                    f"input.text not spoken: utterance {utterance.index} ended ({utterance.ending}) before its text "
+                    "did; send input.done, then the next utterance's text"
+                )
+                return
             utterance.streamed_chars += len(text)
             if utterance.streamed_chars > limits.socket_max_queued_chars:
                 await self.close(
@@ -296,6 +321,31 @@ class SpeechSession(SocketSession):
         self.enqueue(Utterance(self.next_index, self.settings, text=text))
         self.next_index += 1
 
+    async def flush_text(self) -> None:
+        """``input.flush`` (stream mode, opt-in): the streamed utterance's pending word is committed now instead of
+        waiting for the text after it; from there on its tokens need not equal the whole text's."""
+        if not self.settings.streams_text:
+            await self.error(
+                "input.flush commits the pending word of a streamed utterance: it needs text_mode stream (in "
+                "buffered mode, input.done speaks the text)"
+            )
+        elif self.streaming is not None:
+            self.streaming.pieces.put_nowait(FLUSH)
+
+    def cancel_utterance(self) -> None:
+        """``input.cancel`` (barge-in): the utterance being spoken, or whose text is arriving, stops now; its
+        ``audio.done`` says ``ending: cancelled`` with the frames sent and the text they had read. Utterances queued
+        behind it are spoken as usual; the session stays open."""
+        target = self.current if self.current is not None else self.streaming
+        if target is None:
+            return
+        target.cancelled = True
+        if target is self.streaming:  # its text ends here
+            self.streaming.pieces.put_nowait(None)
+            self.streaming = None
+        if target.speaking is not None:
+            target.speaking.cancel()
+
     def enqueue(self, utterance: Utterance) -> None:
         self.unfinished += 1
         self.utterances.put_nowait(utterance)
@@ -324,19 +374,50 @@ class SpeechSession(SocketSession):
 
         failure = None
         await self.send_text(_json(self.audio_start(utterance)))
+        self.current = utterance
         try:
-            await self.speak(utterance)
-        except (asyncio.CancelledError, SocketClosed):
+            if not utterance.cancelled:
+                utterance.speaking = asyncio.create_task(self.speak(utterance))
+                await utterance.speaking
+        except asyncio.CancelledError:
+            if not utterance.cancelled or asyncio.current_task().cancelling():  # the session's, not input.cancel's
+                raise
+        except SocketClosed:
             raise
         except (RequestRefused, UtteranceFailed) as error:  # said already, or the client's to fix
             failure = str(error)
         except Exception as error:
             failure = public_error(error)
+        finally:
+            self.current = None
         if failure is not None:
             await self.error(f"utterance {utterance.index} failed: {failure}")
+        await self.send_text(_json(self.audio_done(utterance, failure)))
+
+    def audio_done(self, utterance: Utterance, failure: str | None) -> dict[str, Any]:
+        """``audio.done``; ``ending`` says how the utterance ended (``complete``; stream mode: ``eos`` when the
+        talker ended before its text did, ``max_frames``; ``failed``, ``cancelled``), and in stream mode
+        ``text_offset`` / ``text_chars`` how much of the text its frames had read of all that arrived."""
         done = {"type": "audio.done", "utterance_index": utterance.index, "sentence_index": 0}
         done |= {"total_bytes": utterance.total_bytes, "error": failure is not None, "frames": utterance.frames}
-        await self.send_text(_json(done))
+        report = utterance.report
+        if utterance.cancelled:
+            ending = "cancelled"
+        elif failure is not None:
+            ending = "failed"
+        else:
+            ending = report.ending if report is not None and report.ending is not None else "complete"
+        done["ending"] = utterance.ending = ending
+        if report is not None:
+            done |= {"text_offset": utterance.text_offset(), "text_chars": report.text_chars}
+        return done
+
+    async def progress(self, utterance: Utterance) -> None:
+        """``alignment``: after each audio message of a streamed utterance, the frames sent so far and the
+        characters of the text they had read (what was sent to the talker, not an acoustic alignment)."""
+        if utterance.settings.config.alignment and utterance.report is not None:
+            message = {"type": "audio.progress", "utterance_index": utterance.index, "frames": utterance.frames}
+            await self.send_text(_json(message | {"text_offset": utterance.text_offset()}))
 
     def audio_start(self, utterance: Utterance) -> dict[str, Any]:
         config = utterance.settings.config
@@ -356,7 +437,8 @@ class SpeechSession(SocketSession):
         if utterance.pieces is None:
             return self._whole(utterance, request_id)
         request = dataclasses.replace(utterance.settings.template, text=None)
-        return generator.stream_text(request, _pieces(utterance.pieces), request_id)
+        utterance.report = StreamReport()
+        return generator.stream_text(request, _pieces(utterance.pieces), request_id, report=utterance.report)
 
     async def _whole(self, utterance: Utterance, request_id: str) -> AsyncIterator[np.ndarray]:
         prepared = await self.speech.prepare(
@@ -370,8 +452,7 @@ class SpeechSession(SocketSession):
         from ..server.speech_streams import decoded_audio, frame_batches, whole_file
 
         config = utterance.settings.config
-        flush = FLUSH_AFTER_S if utterance.pieces is not None else None
-        frames = frame_batches(self.frames_of(utterance), config.frames_per_message, flush, config.first_frames)
+        frames = frame_batches(self.frames_of(utterance), config.frames_per_message, config.first_frames)
         if utterance.settings.plan is not None:
             await self.speak_codec(utterance, frames)
             return
@@ -384,6 +465,7 @@ class SpeechSession(SocketSession):
                 if config.stream_audio:
                     await self.send_bytes(chunk)
                     utterance.total_bytes += len(chunk)
+                    await self.progress(utterance)
                 else:
                     chunks.append(chunk)
         utterance.frames = counts["frames"]
@@ -408,6 +490,7 @@ class SpeechSession(SocketSession):
                     await self.send_bytes(data)
                     utterance.total_bytes += len(data)
                     utterance.frames += len(batch)
+                    await self.progress(utterance)
         except (asyncio.CancelledError, SocketClosed):
             raise
         except Exception as error:  # the codec stream ends with its own word on it; audio.done follows

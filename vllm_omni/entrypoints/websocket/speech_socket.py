@@ -21,7 +21,6 @@ from .socket_session import (
     CLOSE_NOT_SERVED,
     CLOSE_SEND_S,
     CLOSE_TOO_MUCH_QUEUED,
-    FLUSH_AFTER_S,
     SocketClosed,
     SocketSession,
 )
@@ -46,7 +45,7 @@ class SpeechSocket(SocketSession):
       before it are done: speech starts with the first sentence while later text is still arriving.
     * ``"stream"``: every piece into one running request (``stream_text``: each talker step runs once its text
       token is known), one segment; ``flush`` changes nothing; the whole text is bounded by
-      ``socket_max_queued_chars``; frames held for a full message leave after :data:`FLUSH_AFTER_S`.
+      ``socket_max_queued_chars``; frames held for a full message leave as soon as the talker waits for text.
 
     Server -> client: the wire
     protocol's start message (text), frames messages (binary; the first frame of a segment alone, then
@@ -272,7 +271,7 @@ class SpeechSocket(SocketSession):
         request_id = f"speech-{uuid.uuid4().hex}"
         request = dataclasses.replace(template, text=None)
         frames = self.speech.generator.stream_text(request, self.text_pieces(), request_id)
-        async with contextlib.aclosing(frame_batches(frames, body.frames_per_message, FLUSH_AFTER_S)) as batches:
+        async with contextlib.aclosing(frame_batches(frames, body.frames_per_message)) as batches:
             async for piece in batches:
                 await self.send_bytes(encoder.frames(piece))
                 self.last_sent = time.monotonic()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -269,7 +270,7 @@ def test_parked_states_are_freed_when_the_engine_drops_them_and_bounded_in_bytes
 def test_codebook0_rules_for_every_row_at_once():
     import torch
 
-    from vllm_omni.model_executor.models.qwen3_tts.logits_processor import apply_codebook0_rules
+    from vllm_omni.model_executor.models.qwen3_tts.logits_processor import codebook0_scores
     from vllm_omni.model_executor.models.qwen3_tts.talker_batch import TalkerBatch
 
     batch = TalkerBatch()
@@ -279,13 +280,59 @@ def test_codebook0_rules_for_every_row_at_once():
         batch.add(row, type("Params", (), {"extra_args": spec.to_extra_args(), "max_tokens": 10})(), [1], [])
         batch.tables.frames[row] = frames
         batch.tables.history[row, [5, 7]] = True
-    logits = torch.tensor([[1.0, -1.0] * 1536 + [3.0] * 15 * 2048] * 2)
-    out = apply_codebook0_rules(logits.clone(), batch.tables, 3072, 2150)
-    assert (
-        torch.isinf(out[:, 3072:]).all()
-        and torch.isinf(out[:, 2048:2150]).all()
-        and torch.isinf(out[:, 2151:3072]).all()
-    )
+    logits = torch.tensor([[1.0, -1.0] * 1536] * 2)
+    out = codebook0_scores(logits.clone()[[1, 0]], batch.tables, torch.tensor([1, 0]), 3072, 2150)[[1, 0]]
+    assert torch.isinf(out[:, 2048:2150]).all() and torch.isinf(out[:, 2151:3072]).all()
     assert out[0, 5].item() == -2.0 and out[0, 7].item() == -2.0 and out[0, 4].item() == 1.0  # penalized: -1 * 2
     assert out[1, 5].item() == -1.0  # penalty 1.0 leaves the history alone
     assert out[0, 2150].item() == float("-inf") and out[1, 2150].item() == 1.0  # EOS barred before 2 frames only
+
+
+def test_text_stream_chunks_name_only_the_added_text_and_resumed_streams_bring_their_frames():
+    import torch
+
+    from vllm_omni.model_executor.models.qwen3_tts.talker_batch import TalkerBatch
+
+    first = TalkerRequestSpec(
+        request_key="s", trailing_text_ids=(5, 6), text_open=True, speaker_embedding=(0.5,) * 4, seed=3
+    )
+    chunk = first.next_chunk([7], text_open=False, tokens_before=3)
+    assert chunk.trailing_text_ids == (7,) and not chunk.speaker_embedding and chunk.tokens_before == 3
+    merged = first.continued_by(chunk)
+    assert merged.trailing_text_ids == (5, 6, 7) and not merged.text_open and merged.speaker_embedding == (0.5,) * 4
+    assert first.continued_by(dataclasses.replace(chunk, seed=4)) is None  # only text may change
+    assert merged.continued_by(chunk) is None  # a closed stream takes no chunk
+
+    batch = TalkerBatch()
+    batch.configure(rows=2, codec_vocab=64, eos_token_id=63, device=torch.device("cpu"), groups=4, codebook=8)
+
+    def params(spec: TalkerRequestSpec):
+        return type("Params", (), {"extra_args": spec.to_extra_args(), "max_tokens": 10})()
+
+    frames = ((9, 1, 2, 3), (11, 4, 5, 6))
+    resumed = dataclasses.replace(first, request_key="r", resume_frames=frames)
+    batch.add(0, params(resumed), [1, 2, 3, 9, 11], [])
+    state = batch.rows[0]
+    assert state.failure is None and state.prompt_len == 3 and len(state.frames) == 2
+    assert batch.tables.frames[0] == 2 and batch.tables.history[0, [9, 11]].all() and batch.tables.history[0].sum() == 2
+    batch.add(0, params(resumed.next_chunk([8], True, 2)), [1], [])  # the next chunk continues it
+    assert state.failure is None and state.spec.trailing_text_ids == (5, 6, 8)
+    batch.add(0, params(resumed.next_chunk([8], True, 2)), [1], [])  # the same chunk again: a preempted resume
+    assert state.failure is None
+    batch.add(1, params(dataclasses.replace(resumed, request_key="bad", resume_frames=((64, 1, 2, 3),))), [1, 64], [])
+    assert "resume_frames do not fit" in batch.rows[1].failure
+
+
+def test_frames_leave_with_the_token_that_starts_them_and_a_forced_eos_says_the_request_failed():
+    from vllm_omni.model_executor.models.qwen3_tts.engine_contract import FrameAssembler, residual_columns
+
+    assembler = FrameAssembler(codec_vocab=3072, codebook_size=2048, groups=16, eos_token_id=2150)
+
+    def top(codes):
+        return {column: None for column in residual_columns(codes, 3072, 2048)}
+
+    frames = assembler.feed([7, 9], [top(range(15)), top(range(1, 16))])
+    assert frames == [[7, *range(15)], [9, *range(1, 16)]]  # each frame whole with its own token
+    assert assembler.feed([2150], [top(range(15))]) == [] and assembler.ended and not assembler.failed
+    forced = FrameAssembler(codec_vocab=3072, codebook_size=2048, groups=16, eos_token_id=2150)
+    assert forced.feed([2150], [{5: None, 2150: None}]) == [] and forced.ended and forced.failed

@@ -37,15 +37,16 @@ They leave the engine through the logprobs output: the model's logits are widene
 that completes a frame raises the 15 columns of its codes to :data:`RESIDUAL_MARK`, far above every
 codec logit, so they are the top entries of vLLM's raw logprobs (a request asks for
 :func:`residual_logprobs` of them), and the talker's logits processor masks the whole range before
-sampling. Frame ``j`` is complete when token ``j + 1`` is sampled: its codebook 0 is output token
-``j``, its residuals ride with output token ``j + 1`` (:class:`FrameAssembler` puts them together).
+sampling. Frame ``j`` leaves in the step that makes it: the model samples its codebook 0 and runs the code
+predictor in that step's ``compute_logits``, so output token ``j`` is its codebook 0 and that token's top
+logprobs carry its residuals (:class:`FrameAssembler` puts them together).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -162,14 +163,25 @@ class TalkerRequestSpec:
 
     request_key: str
     trailing_text_ids: tuple[int, ...]  # streamed text: one text id per frame, then pad
-    # Text still arriving (a streaming-input session, ``speech.stream_text``): trailing_text_ids are the ids known
-    # so far, each chunk of the session names more; the request pauses between chunks and is never finished by
-    # its chunk's max_tokens. ``tokens_before``: the codebook-0 tokens the session sampled before this chunk (the
-    # last of them, which vLLM drops when a chunk ends, is this chunk's one prompt token).
+    # Text still arriving (a streaming-input session, ``speech.stream_text``): the first chunk names the trailing
+    # text ids known so far; each later chunk names only the ids added since the chunk before it (and no voice
+    # vectors or resume frames: they are the first chunk's). The request pauses between chunks and is never
+    # finished by its chunk's max_tokens. ``tokens_before``: the frames the request holds before this chunk (the
+    # last of them, whose token vLLM drops when a chunk ends, is this chunk's one prompt position).
     text_open: bool = False
     tokens_before: int = 0
+    # A text stream resumed in a new request after its KV cache was released while it waited for text: the frames
+    # it made before (16 codes each). The prompt ends with their codebook-0 ids, at the positions they were made
+    # at, and the worker recomputes them exactly as it made them.
+    resume_frames: tuple[tuple[int, ...], ...] = ()
     repetition_penalty: float = 1.05
     min_new_tokens: int = 2
+    # Codebook 0's sampling (the official do_sample / temperature / top_k / top_p; top_k 0: off), done by the model
+    # in the step that makes the frame; vLLM's own sampler then only takes the one code the model left.
+    greedy: bool = True
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
     subtalker_greedy: bool = True
     subtalker_temperature: float = 0.9
     subtalker_top_k: int = 50
@@ -184,7 +196,32 @@ class TalkerRequestSpec:
         spec["trailing_text_ids"] = list(self.trailing_text_ids)
         spec["speaker_embedding"] = list(self.speaker_embedding)
         spec["reference_codes"] = [list(frame) for frame in self.reference_codes]
+        spec["resume_frames"] = [list(frame) for frame in self.resume_frames]
         return {EXTRA_ARGS_KEY: spec}
+
+    def next_chunk(self, added_text_ids: Sequence[int], text_open: bool, tokens_before: int) -> TalkerRequestSpec:
+        """The spec of a text stream's next chunk: the text ids added since this one, nothing repeated."""
+        return replace(
+            self,
+            trailing_text_ids=tuple(added_text_ids),
+            text_open=text_open,
+            tokens_before=tokens_before,
+            speaker_embedding=(),
+            reference_codes=(),
+            resume_frames=(),
+        )
+
+    def continued_by(self, chunk: TalkerRequestSpec) -> TalkerRequestSpec | None:
+        """This (open) stream's spec with the next ``chunk`` applied (:meth:`next_chunk`), or None if ``chunk``
+        changes more than the text (and whether it is open) or does not follow on."""
+        if not self.text_open or chunk.next_chunk((), True, 0) != self.next_chunk((), True, 0):
+            return None
+        return replace(
+            self,
+            trailing_text_ids=self.trailing_text_ids + chunk.trailing_text_ids,
+            text_open=chunk.text_open,
+            tokens_before=chunk.tokens_before,
+        )
 
     def check_voice_values(self) -> None:
         """Raise ``ValueError`` unless the voice vectors are well formed whatever the model: finite numbers,
@@ -229,6 +266,7 @@ class TalkerRequestSpec:
                     "trailing_text_ids": tuple(int(t) for t in raw.get("trailing_text_ids", ())),
                     "speaker_embedding": tuple(float(x) for x in raw.get("speaker_embedding", ())),
                     "reference_codes": tuple(tuple(int(c) for c in frame) for frame in raw.get("reference_codes", ())),
+                    "resume_frames": tuple(tuple(int(c) for c in frame) for frame in raw.get("resume_frames", ())),
                 }
             )
         except (TypeError, ValueError) as error:
@@ -240,22 +278,28 @@ class TalkerRequestSpec:
         ):
             raise ValueError("talker request spec: text_open must be a bool and tokens_before an integer >= 0")
         spec.check_voice_values()
+        if len({len(frame) for frame in spec.resume_frames}) > 1 or any(c < 0 for f in spec.resume_frames for c in f):
+            raise ValueError("talker request spec: resume_frames must be frames of one width, codes >= 0")
         if not (math.isfinite(spec.repetition_penalty) and spec.repetition_penalty > 0):
             raise ValueError(f"repetition_penalty must be a finite number > 0, got {spec.repetition_penalty}")
-        if not spec.subtalker_greedy and not (
-            math.isfinite(spec.subtalker_temperature)
-            and spec.subtalker_temperature > 0
-            and 0 < spec.subtalker_top_p <= 1
+        for greedy, temperature, top_k, top_p, name in (
+            (spec.greedy, spec.temperature, spec.top_k, spec.top_p, "codebook-0"),
+            (spec.subtalker_greedy, spec.subtalker_temperature, spec.subtalker_top_k, spec.subtalker_top_p, "residual"),
         ):
-            raise ValueError("subtalker sampling needs temperature > 0 and 0 < top_p <= 1")
+            if not isinstance(greedy, bool) or not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
+                raise ValueError(f"{name} sampling: greedy must be a bool and top_k an integer >= 0 (0: off)")
+            if not greedy and not (math.isfinite(temperature) and temperature > 0 and 0 < top_p <= 1):
+                raise ValueError(f"{name} sampling needs temperature > 0 and 0 < top_p <= 1")
         return spec
 
 
 class FrameAssembler:
     """Turns one request's sampled ids and their top logprobs into complete frames, incrementally.
 
-    Output token ``j`` is codebook 0 of frame ``j``; the residual codes of frame ``j`` arrive in the
-    top logprobs of token ``j + 1``. EOS ends the stream and is not a frame.
+    Output token ``j`` is codebook 0 of frame ``j`` and its top logprobs carry the frame's residual codes: the
+    model makes the whole frame in the step that samples it. EOS ends the stream and is not a frame; the EOS the
+    engine forces on a request it failed (``TalkerRequestState.fail``) carries no residual codes, so
+    :attr:`failed` tells a failure from the talker's own end.
     """
 
     def __init__(self, codec_vocab: int, codebook_size: int, groups: int, eos_token_id: int) -> None:
@@ -265,8 +309,8 @@ class FrameAssembler:
             groups - 1,
             eos_token_id,
         )
-        self.pending: int | None = None  # codebook 0 of the frame awaiting its residuals
         self.ended = False
+        self.failed = False
 
     def feed(self, token_ids: Sequence[int], logprobs: Sequence[dict[int, Any]] | None) -> list[list[int]]:
         if logprobs is None or len(logprobs) != len(token_ids):
@@ -278,10 +322,10 @@ class FrameAssembler:
             if self.ended:
                 break
             residuals = decode_residuals(top.keys(), self.codec_vocab, self.codebook_size, self.groups)
-            if self.pending is not None:
-                if residuals is None:
-                    raise RuntimeError("the talker did not send the residual codes of a frame")
-                frames.append([self.pending, *residuals])
-            self.pending = None if token == self.eos else token
-            self.ended = token == self.eos
+            if token == self.eos:
+                self.ended, self.failed = True, residuals is None
+                break
+            if residuals is None:
+                raise RuntimeError("the talker did not send the residual codes of a frame")
+            frames.append([token, *residuals])
         return frames

@@ -11,10 +11,11 @@ Registered for the released architecture name ``Qwen3TTSForConditionalGeneration
   (``text_projection(text_embedding(t))``), optionally plus a codec embedding.
 * A generated position holds codebook 0 of frame ``j``. Its input is the sum of the 16 codebook
   embeddings of frame ``j`` plus the ``j``-th streamed text vector (or ``tts_pad``), as the
-  official ``Qwen3TTSTalkerForConditionalGeneration.forward``. The residual codes of frame ``j``
-  are made here, by the code predictor, from the hidden state that chose codebook 0 and its
-  embedding; they are kept per request and sent out through the logits (``engine_contract``).
-* ``compute_logits`` returns the codec head's logits widened by the residual channel.
+  official ``Qwen3TTSTalkerForConditionalGeneration.forward``.
+* ``compute_logits`` makes each request's next frame whole, in the step whose hidden state picks it:
+  codebook 0 with the official rules and sampling, then its residual codes by the code predictor
+  from the same hidden state and codebook 0's embedding. The frame is kept per request and leaves
+  with its codebook-0 token (the residuals through the widened logits, ``engine_contract``).
 
 Needs vLLM's v1 model runner (the logits processor interface it uses); see ``check_engine``.
 """
@@ -43,7 +44,9 @@ from .engine_contract import (
     voice_base,
     widen_logits,
 )
+from .logits_processor import codebook0_scores
 from .request_state import TalkerRequestState
+from .residual_sampler import CODEBOOK0_GROUP
 from .talker_batch import StepLayout, talker_batch
 
 logger = logging.getLogger(__name__)
@@ -269,13 +272,11 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         intermediate_tensors=None,
         inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Inputs of every position, then the talker LM. One code-predictor call for the whole step.
+        """Inputs of every position, then the talker LM.
 
-        A generated position holds codebook 0 of frame ``j`` of its request. If frame ``j`` is new, the
-        code predictor makes its residual codes from the hidden state that chose codebook 0 (kept by
-        ``compute_logits``); every new frame of the step, whatever its request, goes through one
-        batched :meth:`Qwen3TTSCodePredictor.predict`. Frames known already (a preempted request
-        recomputing its positions) are reused as they were made.
+        A generated position holds codebook 0 of frame ``j`` of its request; the whole frame was made by
+        :meth:`compute_logits` in the step that sampled it, so its input is known here (a preempted request
+        recomputing its positions reuses its frames as they were made).
 
         The step reads the device once (:meth:`_step_tokens`) and sends its host-side indices in one copy; a
         request whose state does not fit the step fails alone (:meth:`TalkerRequestState.fail`).
@@ -284,33 +285,27 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         batch, count = self.batch, ids.shape[0]
         starts, host_positions, host_ids = self._split_rows(ids, positions)
         prompt_index: list[int] = []
-        known: list[tuple[int, TalkerRequestState, int]] = []  # (token index, state, frame index)
-        new: list[tuple[int, TalkerRequestState, int, int]] = []  # (token index, state, frame index, batch row)
+        generated: list[tuple[int, TalkerRequestState, int]] = []  # (token index, state, frame index)
         layout = StepLayout(rows=max(len(starts) - 1, 0))
         for row in range(len(starts) - 1):
             start, end = starts[row], starts[row + 1]
             state = batch.rows[row]
-            generated = bisect.bisect_left(host_positions, state.prompt_len, start, end)  # positions increase
-            prompt_index.extend(range(start, generated))
-            known_frames = made = len(state.frames)
-            for index in range(generated, end):
+            first = bisect.bisect_left(host_positions, state.prompt_len, start, end)  # positions increase
+            prompt_index.extend(range(start, first))
+            for index in range(first, end):
                 step = host_positions[index] - state.prompt_len
                 if state.failure is not None:  # ended at its next sampling: inputs that harm nobody meanwhile
                     prompt_index.extend(range(index, end))
                     break
-                if step < known_frames:
-                    known.append((index, state, step))
-                elif step == made == known_frames and state.last_hidden is not None:  # one new frame per row
-                    new.append((index, state, step, row))
-                    made += 1
-                else:  # this request's state is inconsistent: it fails, the engine and the others go on
+                if step >= len(state.frames):  # this request's state is inconsistent: it fails, the others go on
                     state.fail(
                         f"talker request {state.spec.request_key}: frame {step} requested with {len(state.frames)} "
                         "frames known; the request ends here"
                     )
                     prompt_index.extend(range(index, end))
                     break
-            if host_positions[end - 1] == state.prompt_len + made - 1:
+                generated.append((index, state, step))
+            if host_positions[end - 1] == state.prompt_len + len(state.frames) - 1:
                 layout.frontier.append((row, state))
         prompt_index.extend(range(starts[-1] if starts else 0, count))  # padding, or a step without rows
 
@@ -328,11 +323,8 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
                     slots.append((host_ids[index] - self.voice_base) % VOICE_SLOTS)
             for row, (at, slots) in by_row.items():
                 voice[row] = (pack.add(at), pack.add(slots), max(slots))
-        generated = known + [(index, state, step) for index, state, step, _ in new]
         generated_at = pack.add([index for index, _, _ in generated])
         text_at = pack.add(self._frame_text_ids(generated))
-        new_at = pack.add([index for index, _, _, _ in new])
-        new_rows_at = pack.add([row for _, _, _, row in new])
         index = pack.to(ids.device)
 
         embeds = torch.empty(count, self.codec_head.in_features, dtype=self.codec_head.weight.dtype, device=ids.device)
@@ -340,38 +332,11 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
             where = index[prompt_at]
             embeds[where] = self.embed_prompt_ids(ids[where])
             self._add_voice(embeds, voice, index)
-        codes = [torch.stack([state.frames[step] for _, state, step in known])] if known else []
-        if new:
-            all_greedy = all(state.spec.subtalker_greedy for _, state, _, _ in new)
-            made_codes = self._new_frames(ids[index[new_at]], index[new_rows_at], new, all_greedy, layout)
-            for frame, (_, state, _, _) in zip(made_codes, new, strict=True):
-                state.frames.append(frame)
-            codes.append(made_codes)
         if generated:
-            embeds[index[generated_at]] = self._frame_inputs(torch.cat(codes), index[text_at])
+            codes = torch.stack([state.frames[step] for _, state, step in generated])
+            embeds[index[generated_at]] = self._frame_inputs(codes, index[text_at])
         batch.step = layout
         return self.model(positions, embeds)
-
-    def _new_frames(
-        self,
-        code0: torch.Tensor,
-        rows: torch.Tensor,
-        new: list[tuple[int, TalkerRequestState, int, int]],
-        all_greedy: bool,
-        layout: StepLayout,
-    ) -> torch.Tensor:
-        """``int64[n, groups]``: the frames completed in this step (codebook 0 ``code0``, batch ``rows``), their
-        residuals in one batched call."""
-        tables = self.batch.tables
-        if tables is None:
-            raise RuntimeError("the talker's logits processor was not loaded: see check_engine")
-        hidden = torch.stack([state.last_hidden for _, state, _, _ in new])
-        sampling = tables.sampling(rows, all_greedy)
-        residuals = self.code_predictor.predict(hidden, self.model.codec_embedding(code0), sampling)
-        tables.history[rows, code0] = True  # the repetition-penalty history and frame counts of these rows
-        tables.frames[rows] += 1
-        layout.new_rows, layout.new_residuals = rows, residuals
-        return torch.cat((code0.unsqueeze(1), residuals), dim=1)
 
     def _frame_text_ids(self, generated: list[tuple[int, TalkerRequestState, int]]) -> list[int]:
         """The text id each generated position adds: its step's streamed text id, or ``tts_pad`` after the text."""
@@ -393,16 +358,35 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
     # -- outputs ----------------------------------------------------------------------------
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """The codec head's logits, widened by the residual channel (``engine_contract.widen_logits``): the 15
-        columns of each frame completed in this step are raised in its row."""
-        layout = self.batch.step
-        if layout.rows != hidden_states.shape[0]:
-            return widen_logits(self.codec_head(hidden_states), self.vocab, None, None, self.residual_offsets)
-        for row, state in layout.frontier:
-            state.last_hidden = hidden_states[row]  # a row of this step's tensor: no copy
-        return widen_logits(
-            self.codec_head(hidden_states), self.vocab, layout.new_rows, layout.new_residuals, self.residual_offsets
-        )
+        """The codec head's logits, widened by the residual channel (``engine_contract.widen_logits``), with the
+        next frame of every request whose newest position this step ran made here, whole.
+
+        For those rows codebook 0 is picked as the official model picks it (:func:`codebook0_scores`, then
+        greedy or sampled with :class:`~.residual_sampler.ResidualSampling`), the code predictor makes the
+        residual codes from the same hidden state, and the row's logits keep only that codebook-0 id (every
+        other codec id at -inf: vLLM's sampler can take no other) and raise the 15 residual columns, so the
+        frame leaves the engine with the token that starts it. Other rows (a prefill chunk that samples nothing
+        the request keeps, a request that failed) keep the codec head's logits.
+        """
+        codec = self.codec_head(hidden_states)
+        layout, tables = self.batch.step, self.batch.tables
+        live = [(row, state) for row, state in layout.frontier if state.failure is None]
+        if layout.rows != hidden_states.shape[0] or not live or tables is None:
+            return widen_logits(codec, self.vocab, None, None, self.residual_offsets)
+        rows = torch.tensor([row for row, _ in live], dtype=torch.long, device=codec.device)
+        scores = codebook0_scores(codec[rows].float(), tables, rows, self.codec_vocab, self.batch.eos_token_id)
+        code0 = tables.code0_sampling(rows, all(s.spec.greedy for _, s in live)).pick(CODEBOOK0_GROUP, scores)
+        sampling = tables.sampling(rows, all(s.spec.subtalker_greedy for _, s in live))
+        residuals = self.code_predictor.predict(hidden_states[rows], self.model.codec_embedding(code0), sampling)
+        tables.history[rows, code0] = True  # the repetition-penalty history and frame counts of these rows
+        tables.frames[rows] += 1
+        frames = torch.cat((code0.unsqueeze(1), residuals), dim=1)
+        for frame, (_, state) in zip(frames, live, strict=True):
+            state.frames.append(frame)  # a row of this step's tensor; an EOS "frame" ends its request unused
+        logits = widen_logits(codec, self.vocab, rows, residuals, self.residual_offsets)
+        logits[rows, : self.codec_vocab] = float("-inf")
+        logits[rows, code0] = 0.0
+        return logits
 
     # -- weights ----------------------------------------------------------------------------
 

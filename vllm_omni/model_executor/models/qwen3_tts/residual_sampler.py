@@ -1,4 +1,5 @@
-"""Picking the residual codes of a batch of frames on the device, each row with its own settings.
+"""Picking the codes of a batch of frames on the device (codebook 0, then the residual codes), each row with its
+own settings.
 
 Greedy rows take the argmax. Sampled rows follow the official warper order (temperature, top-k,
 top-p over the ascending cumulative probability, as transformers' ``TopPLogitsWarper``), then draw
@@ -45,8 +46,13 @@ def counter_uniforms(keys: torch.Tensor, width: int) -> torch.Tensor:
     return (_shift_right(bits, 40).to(torch.float32) + 0.5) * 2.0**-24
 
 
+# The key group of codebook 0 (residual codebook ``g`` uses group ``g - 1``; groups are below 64).
+CODEBOOK0_GROUP = 63
+
+
 def row_keys(seeds: torch.Tensor, frames: torch.Tensor, group: int) -> torch.Tensor:
-    """One int64 key per row for (seed, frame index, residual codebook ``group``)."""
+    """One int64 key per row for (seed, frame index, ``group``: residual codebook ``group + 1``, or
+    :data:`CODEBOOK0_GROUP`)."""
     return splitmix64(splitmix64(seeds) + frames * 64 + group)
 
 
@@ -69,7 +75,8 @@ class ResidualSampling:
     frames: torch.Tensor
 
     def pick(self, group: int, logits: torch.Tensor) -> torch.Tensor:
-        """``int64[B]`` codes of residual codebook ``group + 1`` from ``logits [B, codebook]``."""
+        """``int64[B]`` codes of residual codebook ``group + 1`` (codebook 0 for :data:`CODEBOOK0_GROUP`) from
+        ``logits [B, codebook]``."""
         chosen = logits.argmax(dim=-1)
         if self.all_greedy:
             return chosen

@@ -39,21 +39,19 @@ MAX_PARKED_SECONDS = 900.0
 @dataclass
 class StepLayout:
     """What the last forward did, read by ``compute_logits``: rows whose last position is their request's
-    newest (their hidden state picks the next token), and the frames the step completed (rows, codes)."""
+    newest (their hidden state makes the request's next frame)."""
 
     rows: int = 0
     frontier: list[tuple[int, TalkerRequestState]] = field(default_factory=list)
-    new_rows: torch.Tensor | None = None  # int64[n]: the batch rows that completed a frame
-    new_residuals: torch.Tensor | None = None  # int64[n, groups - 1]: their residual codes
 
 
 class RowTables:
     """Per-row tensors on the logits' device, indexed by persistent-batch row.
 
     ``history`` bool[rows, codec_vocab]: codebook-0 ids made so far (the repetition penalty's set);
-    ``penalty`` float32[rows]; ``frames`` int64[rows] (frames made); ``min_frames`` int64[rows]; and the
-    residual sampling of each row (``greedy``, ``temperature``, ``top_k``, ``top_p``, ``seed``), so a step
-    gathers the settings of its new frames by row, with no per-request work.
+    ``penalty`` float32[rows]; ``frames`` int64[rows] (frames made); ``min_frames`` int64[rows]; ``seed``; and
+    each row's sampling of codebook 0 (``code0_*``) and of the residual codes (``greedy``, ``temperature``,
+    ``top_k``, ``top_p``), so a step gathers the settings of its new frames by row, with no per-request work.
     """
 
     def __init__(self, rows: int, codec_vocab: int, device: torch.device) -> None:
@@ -66,11 +64,16 @@ class RowTables:
         self.top_k = torch.zeros(rows, dtype=torch.int64, device=device)
         self.top_p = torch.ones(rows, dtype=torch.float32, device=device)
         self.seed = torch.zeros(rows, dtype=torch.int64, device=device)
+        self.code0_greedy = torch.ones(rows, dtype=torch.bool, device=device)
+        self.code0_temperature = torch.ones(rows, dtype=torch.float32, device=device)
+        self.code0_top_k = torch.zeros(rows, dtype=torch.int64, device=device)
+        self.code0_top_p = torch.ones(rows, dtype=torch.float32, device=device)
 
     def _tables(self) -> tuple[torch.Tensor, ...]:
         return (
             self.history, self.penalty, self.frames, self.min_frames,
             self.greedy, self.temperature, self.top_k, self.top_p, self.seed,
+            self.code0_greedy, self.code0_temperature, self.code0_top_k, self.code0_top_p,
         )  # fmt: skip
 
     def load(self, row: int, state: TalkerRequestState) -> None:
@@ -88,6 +91,10 @@ class RowTables:
         self.top_k[row] = spec.subtalker_top_k
         self.top_p[row] = spec.subtalker_top_p
         self.seed[row] = state.seed
+        self.code0_greedy[row] = spec.greedy
+        self.code0_temperature[row] = spec.temperature
+        self.code0_top_k[row] = spec.top_k
+        self.code0_top_p[row] = spec.top_p
 
     def save(self, row: int, state: TalkerRequestState) -> None:
         state.history = self.history[row].clone()
@@ -101,6 +108,18 @@ class RowTables:
             temperature=self.temperature[rows],
             top_k=self.top_k[rows],
             top_p=self.top_p[rows],
+            seeds=self.seed[rows],
+            frames=self.frames[rows],
+        )
+
+    def code0_sampling(self, rows: torch.Tensor, all_greedy: bool) -> ResidualSampling:
+        """Codebook 0's sampling of the frames ``rows`` make in this step (pick with ``CODEBOOK0_GROUP``)."""
+        return ResidualSampling(
+            all_greedy=all_greedy,
+            greedy=self.code0_greedy[rows],
+            temperature=self.code0_temperature[rows],
+            top_k=self.code0_top_k[rows],
+            top_p=self.code0_top_p[rows],
             seeds=self.seed[rows],
             frames=self.frames[rows],
         )
@@ -123,11 +142,16 @@ class TalkerBatch:
         self.step = StepLayout()
         self.eos_token_id: int | None = None
         self.tables: RowTables | None = None
+        self.codec_vocab, self.groups, self.codebook = 0, 16, 0
 
-    def configure(self, rows: int, codec_vocab: int, eos_token_id: int, device: torch.device) -> None:
-        """Size the row tables (``rows``: the engine's ``max_num_seqs``) on the logits' device."""
+    def configure(
+        self, rows: int, codec_vocab: int, eos_token_id: int, device: torch.device, groups: int = 16, codebook: int = 0
+    ) -> None:
+        """Size the row tables (``rows``: the engine's ``max_num_seqs``) on the logits' device; ``groups`` codes per
+        frame, residual codes below ``codebook`` (0: unchecked), for the frames a resumed stream brings."""
         self.tables = RowTables(rows, codec_vocab, device)
         self.eos_token_id = eos_token_id
+        self.codec_vocab, self.groups, self.codebook = codec_vocab, groups, codebook
 
     def __len__(self) -> int:
         """Requests whose state is held (in the batch or parked)."""
@@ -142,22 +166,46 @@ class TalkerBatch:
         self.remove(index)  # a removed row that vLLM reuses is not reported as removed: the added request says so
         state = self._states.get(spec.request_key)
         if state is None:
-            state = TalkerRequestState(spec, len(prompt_ids or ()), params.max_tokens, output_ids)
+            resumed = len(spec.resume_frames)
+            state = TalkerRequestState(spec, len(prompt_ids or ()) - resumed, params.max_tokens, output_ids)
             if spec.tokens_before:  # a later chunk of a text stream whose state is gone (dropped while paused)
                 state.fail(
                     f"talker request {spec.request_key}: its state was dropped while it waited for text "
                     f"({spec.tokens_before} tokens made); the request ends here"
                 )
+            elif resumed:
+                self._resume(state)
             self._states[spec.request_key] = state
         else:
             state.output_token_ids = output_ids  # resumed after preemption, or the next chunk of a text stream
             state.parked_at = None
             self._parked.pop(spec.request_key, None)
-            if spec != state.spec:
+            if spec != state.chunk:
                 state.continue_with(spec, params.max_tokens)
         self.rows[index] = state
         if self.tables is not None:
             self.tables.load(index, state)
+
+    def _resume(self, state: TalkerRequestState) -> None:
+        """A text stream resumed in a new request: its frames as they were made, its repetition-penalty history."""
+        frames = state.spec.resume_frames
+        if state.prompt_len < 1 or any(
+            len(frame) != self.groups
+            or not 0 <= frame[0] < self.codec_vocab
+            or (self.codebook and max(frame[1:], default=0) >= self.codebook)
+            for frame in frames
+        ):
+            state.fail(
+                f"talker request {state.spec.request_key}: its resume_frames do not fit this model (frames of "
+                f"{self.groups} codes after a prompt); the request ends here"
+            )
+            return
+        device = self.tables.history.device if self.tables is not None else torch.device("cpu")
+        codes = torch.tensor(frames, dtype=torch.int64, device=device)
+        state.frames = list(codes)
+        history = torch.zeros(self.codec_vocab, dtype=torch.bool, device=device)
+        history[codes[:, 0]] = True
+        state.history = history
 
     def remove(self, index: int) -> None:
         state = self.rows.pop(index, None)
