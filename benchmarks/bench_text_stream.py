@@ -125,16 +125,17 @@ def print_commit_schedule(checkpoint: str) -> None:
 
 
 def frame_lags(frames_at: list, pieces_at: list[float], commits: list[int]) -> list[float]:
-    """Stream mode: per frame that needs text committed before the end of the text, its arrival minus the time
-    that text was committed on the server: frame ``k`` (1-based) leaves with talker step ``k+1``, which the server
-    runs once ``k+1`` text tokens are committed (the first is in the prompt). Frames after the end of the text are
-    left out (they wait for the engine, not for text)."""
+    """Stream mode: per frame that reads text committed before the end of the text, its arrival minus the time the
+    last text token it reads was committed on the server: frame ``k`` (1-based) is made from the talker's state
+    after text tokens ``1..k`` (the first is in the prompt), so it can leave once ``k`` tokens are committed. (Up
+    to 2026-12 the server sent frame ``k`` with talker step ``k + 1``, one text token later: this lag shows it.)
+    Frames after the end of the text are left out (they wait for the engine, not for text)."""
     ready = list(zip(commits[:-1], pieces_at, strict=False))  # before the end of the text
     lags, index = [], 0
     for arrived, count in frames_at:
         for _ in range(count):
             index += 1
-            needed = next((sent for committed, sent in ready if committed >= index + 1), None)
+            needed = next((sent for committed, sent in ready if committed >= index), None)
             if needed is not None:
                 lags.append(arrived - needed)
     return lags

@@ -18,7 +18,13 @@ import numpy as np
 import pytest
 
 from vllm_omni.entrypoints.generation.speech import AsyncCodecFrameGenerator, SpeechRequest
-from vllm_omni.entrypoints.generation.streamed_text import HOLD_S, StreamReport, TalkerFailure, TextSession
+from vllm_omni.entrypoints.generation.streamed_text import (
+    CHUNK_DEADLINE_S,
+    HOLD_S,
+    StreamReport,
+    TalkerFailure,
+    TextSession,
+)
 
 from .conftest import ENGINE, KvUsage, kv_freed
 
@@ -142,3 +148,27 @@ def test_a_failure_inside_the_engine_is_reported_with_what_was_spoken(generator,
     assert report.ending == "failed" and report.releases == 1
     assert report.frames == frames > 0 and 0 < report.spoken_chars <= 20
     assert freed
+
+
+def test_a_chunk_not_scheduled_by_its_deadline_is_released_and_the_stream_resumes_exactly(generator, engine_loop):
+    """Every chunk after the first given no time at all: each is released and resubmitted as a new request with
+    the frames made so far; the utterance still has its whole text's frames, and nothing is left in the engine."""
+    text = TEXTS[1]
+
+    async def words() -> AsyncIterator[str]:
+        for word in text.split(" ")[:8]:
+            yield word + " "
+            await asyncio.sleep(0.3)
+
+    async def run():
+        whole = await collect(generator.stream_text(request(), all_at_once(" ".join(text.split(" ")[:8]) + " ")))
+        generator.stream_holds.chunk_deadline_s = 0.0
+        report = StreamReport()
+        try:
+            streamed = await collect(generator.stream_text(request(), words(), report=report))
+        finally:
+            generator.stream_holds.chunk_deadline_s = CHUNK_DEADLINE_S
+        return whole, streamed, report, await kv_freed(generator, 10.0)
+
+    whole, streamed, report, freed = engine_loop.run_until_complete(run())
+    assert np.array_equal(streamed, whole) and report.releases > 0 and freed

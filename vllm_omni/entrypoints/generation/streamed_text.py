@@ -241,9 +241,24 @@ class TextSession:
         self.ended = False  # EOS, the budget, or a failure: no request after this one
         self.released = False
 
-    def allowed(self, known: SpeechPrompt) -> int:
+    def trailing(self, start: int = 0) -> list[int]:
+        """The trailing text ids known now, from index ``start``: the first prompt's reference text still trailing
+        (in context), the text's ids past the prompt, then ``tts_eos`` once the text is complete. Built from the
+        committed ids directly: a chunk costs what it adds, not the whole text again."""
+        lead, committed = self.lead, self.text.tokens.committed
+        ids = lead[start:] + committed[ROLE_TOKENS + max(self.held_ids, 0) + max(start - len(lead), 0) :]
+        if self.text.complete and start < self.known():
+            ids.append(self.tts_eos)
+        return ids
+
+    def known(self) -> int:
+        """How many trailing text ids are known now."""
+        text_ids = len(self.text.tokens.committed) - ROLE_TOKENS
+        return len(self.lead) + max(text_ids - max(self.held_ids, 0), 0) + (1 if self.text.complete else 0)
+
+    def allowed(self) -> int:
         """The talker steps the text known now allows, within the budget."""
-        return self.budget if self.text.complete else min(self.budget, len(known.trailing_text_ids) + 1)
+        return self.budget if self.text.complete else min(self.budget, self.known() + 1)
 
     async def run(self) -> AsyncIterator[np.ndarray]:
         text = self.text
@@ -258,16 +273,16 @@ class TextSession:
         self.prompt_ids = list(first.prompt_ids)
         # Text ids the prompt holds (negative: reference text still trails): frame j has read `held + j` of them.
         self.held_ids = len(text.tokens.text_ids) + (1 if text.complete else 0) - len(prompt.trailing_text_ids)
+        self.lead = list(prompt.trailing_text_ids[: max(-self.held_ids, 0)])
+        self.tts_eos = self.generator.config.tts_eos_token_id
         while True:
             async for frames in self._request():
                 yield frames
             if self.ended:
                 return
             self.report.releases += 1
-            known = text.prompt()
-            while self.allowed(known) <= self.sampled:  # released while waiting: the engine holds nothing
+            while self.allowed() <= self.sampled:  # released while waiting: the engine holds nothing
                 await text.wait()
-                known = text.prompt()
 
     async def _request(self) -> AsyncIterator[np.ndarray]:
         """One engine request: the prompt (and the frames made before, if resumed), then a chunk per text."""
@@ -280,11 +295,10 @@ class TextSession:
         chunk_done = asyncio.Event()
         self.released = False
         pending_since: list[float | None] = [None]  # when a chunk after the first was sent, until its first output
-        known = text.prompt()
         spec = dataclasses.replace(
             self.spec,
             request_key=key,
-            trailing_text_ids=tuple(known.trailing_text_ids),
+            trailing_text_ids=tuple(self.trailing()),
             text_open=not text.complete,
             resume_frames=tuple(tuple(frame) for frame in self.frames),
         )
@@ -295,7 +309,7 @@ class TextSession:
             sent, last = len(spec.trailing_text_ids), spec
             params = self.params.clone()
             params.output_kind = RequestOutputKind.DELTA
-            params.max_tokens = self.allowed(known) - self.sampled
+            params.max_tokens = self.allowed() - self.sampled
             params.extra_args = spec.to_extra_args()
             yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=prompt_ids), sampling_params=params)
             while last.text_open:
@@ -305,43 +319,37 @@ class TextSession:
                     return
                 if text.error is not None:  # the text failed while the chunk ran: no chunk after it
                     raise text.error
-                now = text.prompt()
-                if self.allowed(now) <= self.sampled:
+                if self.allowed() <= self.sampled:
                     tokens = len(prompt_ids) + self.sampled - held_before
                     if not holds.hold(self, tokens):  # over the hold bounds: released at once
                         self.released = True
                         return
                     try:
-                        while self.allowed(now) <= self.sampled:
+                        while self.allowed() <= self.sampled:
                             if not await text.wait(holds.hold_s):
                                 self.released = True
                                 return
-                            now = text.prompt()
                     finally:
                         holds.release(self)
-                trailing = now.trailing_text_ids
-                last = last.next_chunk(trailing[sent:], not text.complete, self.sampled)
-                sent = len(trailing)
+                added = self.trailing(sent)
+                last = last.next_chunk(added, not text.complete, self.sampled)
+                sent += len(added)
                 params = params.clone()
-                params.max_tokens = self.allowed(now) - self.sampled
+                params.max_tokens = self.allowed() - self.sampled
                 params.extra_args = last.to_extra_args()
                 pending_since[0] = time.monotonic()
                 yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=[self.last_token]), sampling_params=params)
 
         assembler = self.generator.assembler()
         outputs = self.generator.engine.generate(chunks(), _first_params(self.generator), key)
-        async with contextlib.aclosing(outputs):
-            while True:
-                waiting = pending_since[0]
-                deadline = None if waiting is None else waiting + holds.chunk_deadline_s - time.monotonic()
-                try:
-                    output = await asyncio.wait_for(anext(outputs), deadline)
-                except StopAsyncIteration:
-                    break
-                except TimeoutError:  # a chunk not scheduled in time (no room in the engine): release, resubmit
+        async with (
+            contextlib.aclosing(outputs),  # closed last: an engine request still running is aborted
+            contextlib.aclosing(_deadlined(outputs, pending_since, holds.chunk_deadline_s)) as timed,
+        ):
+            async for output in timed:
+                if output is None:  # a chunk not scheduled in time (no room in the engine): release, resubmit
                     self.released = True
                     break
-                pending_since[0] = None
                 completion = output.outputs[0]
                 made = assembler.feed(completion.token_ids, completion.logprobs)
                 if completion.token_ids:
@@ -354,7 +362,7 @@ class TextSession:
                     self._end(assembler)
                 if completion.finish_reason is not None and not output.finished:
                     chunk_done.set()
-                    if not self.ended and self.allowed(text.prompt()) <= self.sampled:
+                    if not self.ended and self.allowed() <= self.sampled:
                         yield np.zeros((0, self.groups), dtype=np.int64)  # held for text: every frame is out
         if not self.ended and not self.released:  # the engine ended the request otherwise (an abort)
             self.ended = True
@@ -432,6 +440,36 @@ async def stream_text(
     finally:
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)
+
+
+async def _deadlined(outputs: Any, sent_at: list[float | None], deadline_s: float) -> AsyncIterator[Any]:
+    """The engine's ``outputs``, until a chunk sent at ``sent_at[0]`` (set by the chunk generator, cleared here at
+    its first output) has had no output for ``deadline_s``: then the engine request is aborted and None yielded.
+    The wait for an output is never cancelled otherwise (that would abort the request): it is checked each
+    second while no chunk is pending."""
+    pending: asyncio.Future | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(outputs))
+            since = sent_at[0]
+            timeout = 1.0 if since is None else max(since + deadline_s - time.monotonic(), 0.0)
+            done, _ = await asyncio.wait({pending}, timeout=timeout)
+            if not done:
+                if since is not None and time.monotonic() >= since + deadline_s:
+                    yield None
+                    return
+                continue
+            try:
+                output = pending.result()
+            except StopAsyncIteration:
+                return
+            pending, sent_at[0] = None, None
+            yield output
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()  # the engine request is aborted (AsyncLLM.generate's own cancellation path)
+            await asyncio.gather(pending, return_exceptions=True)
 
 
 def _first_params(generator: Any) -> Any:

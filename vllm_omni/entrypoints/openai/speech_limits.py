@@ -29,6 +29,7 @@ class SpeechLimits:
     max_voice_bytes: int = 64 << 20  # their files together
     max_sockets: int = 0  # open speech WebSocket sessions per API server process; 0: the engine's max_num_seqs
     max_batch_items: int = 32  # items of one POST /v1/audio/speech/batch (upstream's default)
+    stream_hold_s: float = 2.0  # a paused stream-mode utterance keeps its KV this long (as streamed_text.HOLD_S)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -60,6 +61,12 @@ _FLAGS = {
     "max-voice-bytes": ("max_voice_bytes", int, "bytes of all uploaded voices' files together"),
     "max-sockets": ("max_sockets", int, "open speech WebSocket sessions per API server process (0: max_num_seqs)"),
     "max-batch-items": ("max_batch_items", int, "items of one POST /v1/audio/speech/batch"),
+    "stream-hold-s": (
+        "stream_hold_s",
+        float,
+        "seconds a stream-mode utterance waiting for text keeps its KV cache (within half the engine's slots and "
+        "blocks) before it is released, to resume exactly when its text comes",
+    ),
 }
 
 
