@@ -32,8 +32,9 @@ Tokens are committed by :class:`~vllm_omni.model_executor.models.qwen3_tts.text_
 arrival schedule and however often the stream is released; sampling is counter-based per frame (seed, frame
 index), so seeded sampling is equal too.
 
-:class:`StreamReport` says how the utterance went: the frames sent, per frame the characters of the text its
-step had read (what was sent to the talker, not an acoustic alignment), and how it ended (:data:`ENDINGS`).
+:class:`~.stream_report.StreamReport` says how the utterance went: the frames sent, per frame the characters of
+the text its step had read (what was sent to the talker, not an acoustic alignment), and how it ended
+(:data:`~.stream_report.ENDINGS`).
 """
 
 from __future__ import annotations
@@ -53,28 +54,11 @@ from vllm_omni.model_executor.models.qwen3_tts.engine_contract import TalkerRequ
 from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import ROLE_TOKENS, SpeechPrompt, SpeechRequestError
 from vllm_omni.model_executor.models.qwen3_tts.text_stream import IncrementalTokenizer
 
+from .stream_report import FLUSH, StreamReport
+
 MAX_PIECE_CHARS = 1 << 16  # one piece at most (a server applies its own, smaller, limits first)
 HOLD_S = 2.0  # how long a paused session keeps its KV cache before it is released (within the bounds)
 CHUNK_DEADLINE_S = 30.0  # a held session's next chunk not scheduled by then is released and resubmitted
-
-
-class _Flush:
-    def __repr__(self) -> str:
-        return "FLUSH"
-
-
-# Sent among the pieces: commit the pending word now (a client's opt-in flush; the ids from there on need not equal
-# the whole text's, see ``IncrementalTokenizer.flush``).
-FLUSH: Any = _Flush()
-
-# How an utterance ended (StreamReport.ending):
-ENDINGS = {
-    "complete": "the talker ended after speaking the whole text",
-    "eos": "the talker ended before the text did: the rest was not spoken",
-    "max_frames": "the frame budget (max_frames) ran out: the rest of the text was not spoken",
-    "failed": "the utterance failed: see the message",
-    "cancelled": "the utterance was stopped by its client",
-}
 
 
 class TalkerFailure(SpeechRequestError):
@@ -82,35 +66,6 @@ class TalkerFailure(SpeechRequestError):
     why), or ended it before the utterance did. Raised after the frames made before the failure; a 500."""
 
     status = 500
-
-
-@dataclasses.dataclass
-class StreamReport:
-    """How one streamed-text utterance went, filled in while it runs.
-
-    ``frame_chars[j]``: the characters of the text (as sent, NFC-normalized where the tokenizer normalizes) that
-    the step making frame ``j`` had read; ``text_chars``: all characters received; ``ending`` (:data:`ENDINGS`)
-    and ``message`` once it ended; ``releases``: how often its KV cache was released while it waited for text.
-    """
-
-    frame_chars: list[int] = dataclasses.field(default_factory=list)
-    text_chars: int = 0
-    ending: str | None = None
-    message: str = ""
-    releases: int = 0
-
-    @property
-    def frames(self) -> int:
-        return len(self.frame_chars)
-
-    @property
-    def spoken_chars(self) -> int:
-        """The characters the frames sent had read (all of them once the utterance is complete)."""
-        return self.frame_chars[-1] if self.frame_chars else 0
-
-    def end(self, ending: str, message: str = "") -> None:
-        if self.ending is None:
-            self.ending, self.message = ending, message
 
 
 class StreamHolds:
@@ -128,7 +83,7 @@ class StreamHolds:
         """Half the engine's request slots and half its KV blocks (vLLM reserves one block of its count)."""
         cache, scheduler = vllm_config.cache_config, vllm_config.scheduler_config
         blocks = max((cache.num_gpu_blocks or 0) - 1, 0)
-        return cls(max(scheduler.max_num_seqs // 2, 1), blocks // 2, cache.block_size)
+        return cls(scheduler.max_num_seqs // 2, blocks // 2, cache.block_size)  # one slot: never held
 
     def hold(self, session: object, tokens: int) -> bool:
         """Whether ``session``, pausing with ``tokens`` in the KV cache, may keep them (then :meth:`release`)."""
@@ -276,8 +231,9 @@ class TextSession:
         self.lead = list(prompt.trailing_text_ids[: max(-self.held_ids, 0)])
         self.tts_eos = self.generator.config.tts_eos_token_id
         while True:
-            async for frames in self._request():
-                yield frames
+            async with contextlib.aclosing(self._request()) as made:  # closing the stream aborts its request now
+                async for frames in made:
+                    yield frames
             if self.ended:
                 return
             self.report.releases += 1
@@ -293,24 +249,25 @@ class TextSession:
         text, holds = self.text, self.holds
         key = f"{self.request_id}-{uuid.uuid4().hex[:12]}"  # one talker state per request, never shared
         chunk_done = asyncio.Event()
+        clock = ChunkClock()
         self.released = False
-        pending_since: list[float | None] = [None]  # when a chunk after the first was sent, until its first output
-        spec = dataclasses.replace(
-            self.spec,
-            request_key=key,
-            trailing_text_ids=tuple(self.trailing()),
-            text_open=not text.complete,
-            resume_frames=tuple(tuple(frame) for frame in self.frames),
-        )
         prompt_ids = self.prompt_ids + [frame[0] for frame in self.frames]
         held_before = len(self.frames)
 
         async def chunks() -> AsyncIterator[Any]:
-            sent, last = len(spec.trailing_text_ids), spec
+            # The text known now, and the steps it allows, taken together (text may arrive at any await).
+            last = dataclasses.replace(
+                self.spec,
+                request_key=key,
+                trailing_text_ids=tuple(self.trailing()),
+                text_open=not text.complete,
+                resume_frames=tuple(tuple(frame) for frame in self.frames),
+            )
+            sent = len(last.trailing_text_ids)
             params = self.params.clone()
             params.output_kind = RequestOutputKind.DELTA
             params.max_tokens = self.allowed() - self.sampled
-            params.extra_args = spec.to_extra_args()
+            params.extra_args = last.to_extra_args()
             yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=prompt_ids), sampling_params=params)
             while last.text_open:
                 await chunk_done.wait()
@@ -337,14 +294,14 @@ class TextSession:
                 params = params.clone()
                 params.max_tokens = self.allowed() - self.sampled
                 params.extra_args = last.to_extra_args()
-                pending_since[0] = time.monotonic()
+                clock.sent()
                 yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=[self.last_token]), sampling_params=params)
 
         assembler = self.generator.assembler()
         outputs = self.generator.engine.generate(chunks(), _first_params(self.generator), key)
         async with (
             contextlib.aclosing(outputs),  # closed last: an engine request still running is aborted
-            contextlib.aclosing(_deadlined(outputs, pending_since, holds.chunk_deadline_s)) as timed,
+            contextlib.aclosing(_deadlined(outputs, clock, holds.chunk_deadline_s)) as timed,
         ):
             async for output in timed:
                 if output is None:  # a chunk not scheduled in time (no room in the engine): release, resubmit
@@ -429,8 +386,9 @@ async def stream_text(
 
     reader = asyncio.create_task(read_pieces())
     try:
-        async for frames in TextSession(generator, request, text, report, request_id).run():
-            yield frames
+        async with contextlib.aclosing(TextSession(generator, request, text, report, request_id).run()) as made:
+            async for frames in made:
+                yield frames
     except (GeneratorExit, asyncio.CancelledError):
         report.end("cancelled")
         raise
@@ -442,20 +400,36 @@ async def stream_text(
         await asyncio.gather(reader, return_exceptions=True)
 
 
-async def _deadlined(outputs: Any, sent_at: list[float | None], deadline_s: float) -> AsyncIterator[Any]:
-    """The engine's ``outputs``, until a chunk sent at ``sent_at[0]`` (set by the chunk generator, cleared here at
-    its first output) has had no output for ``deadline_s``: then the engine request is aborted and None yielded.
-    The wait for an output is never cancelled otherwise (that would abort the request): it is checked each
-    second while no chunk is pending."""
+class ChunkClock:
+    """When a text stream's last chunk after the first was sent, until its first output (:func:`_deadlined`)."""
+
+    def __init__(self) -> None:
+        self.sent_at: float | None = None
+        self.changed = asyncio.Event()
+
+    def sent(self) -> None:
+        self.sent_at = time.monotonic()
+        self.changed.set()
+
+
+async def _deadlined(outputs: Any, clock: ChunkClock, deadline_s: float) -> AsyncIterator[Any]:
+    """The engine's ``outputs``, until a chunk (``clock``) has had no output for ``deadline_s``: then the engine
+    request is aborted and None yielded. The wait for an output is never cancelled otherwise (that would abort
+    the request)."""
     pending: asyncio.Future | None = None
     try:
         while True:
             if pending is None:
                 pending = asyncio.ensure_future(anext(outputs))
-            since = sent_at[0]
-            timeout = 1.0 if since is None else max(since + deadline_s - time.monotonic(), 0.0)
-            done, _ = await asyncio.wait({pending}, timeout=timeout)
-            if not done:
+            since = clock.sent_at
+            if since is None:  # no chunk pending: until an output or a chunk sent
+                waker = asyncio.ensure_future(clock.changed.wait())
+                await asyncio.wait({pending, waker}, return_when=asyncio.FIRST_COMPLETED)
+                waker.cancel()
+                clock.changed.clear()
+            else:
+                await asyncio.wait({pending}, timeout=max(since + deadline_s - time.monotonic(), 0.0))
+            if not pending.done():
                 if since is not None and time.monotonic() >= since + deadline_s:
                     yield None
                     return
@@ -464,7 +438,7 @@ async def _deadlined(outputs: Any, sent_at: list[float | None], deadline_s: floa
                 output = pending.result()
             except StopAsyncIteration:
                 return
-            pending, sent_at[0] = None, None
+            pending, clock.sent_at = None, None
             yield output
     finally:
         if pending is not None and not pending.done():

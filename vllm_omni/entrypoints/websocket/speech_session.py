@@ -49,7 +49,7 @@ import numpy as np
 
 from vllm_omni.errors import RequestRefused
 
-from ..generation.streamed_text import FLUSH, StreamReport
+from ..generation.stream_report import FLUSH, StreamReport
 from ..openai.speech_api import BodyShapeError, SpeechApiError, check_text, speech_body
 from ..server.serving_state import ServingState
 from .socket_session import (
@@ -337,7 +337,7 @@ class SpeechSession(SocketSession):
         ``audio.done`` says ``ending: cancelled`` with the frames sent and the text they had read. Utterances queued
         behind it are spoken as usual; the session stays open."""
         target = self.current if self.current is not None else self.streaming
-        if target is None:
+        if target is None or (target.speaking is not None and target.speaking.done()):  # nothing left to stop
             return
         target.cancelled = True
         if target is self.streaming:  # its text ends here
