@@ -10,6 +10,7 @@ the official talker runs in ``.venv-oracle`` on the same checkpoint.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import AsyncIterator
@@ -300,3 +301,26 @@ def test_a_text_longer_than_the_frame_budget_ends_at_it_and_frees_the_request(en
     frames = loop.run_until_complete(asyncio.wait_for(collect(generator.stream_text(request, endless())), 120))
     assert frames.shape == (5, 16)
     assert loop.run_until_complete(freed_within(generator, 2.0))
+
+
+def test_a_short_text_cloned_in_context_fits_the_prompt_with_its_end(engines, loop):
+    """In context, a reply shorter than the reference audio fits the prompt whole, ``tts_eos`` included: every
+    talker step then adds ``tts_pad``, streamed or not."""
+    generator = engines["base"]
+    fields = dict(CASES["base_in_context"][1])
+    clone = SpeechRequest(text=".", **fields, ref_audio=str(VOICES / "ref_b_22k.wav"))  # the whole clip: many frames
+    voice = generator.voice_prompt(clone)
+    assert len(voice.reference_codes) > 30
+    request = SpeechRequest(text=None, language="English", voice=voice, max_frames=20, greedy=True)
+
+    async def run():
+        whole = await collect(generator.stream(dataclasses.replace(request, text="Yes.", non_streaming_mode=False)))
+        streamed = [
+            await collect(generator.stream_text(request, pieces("Yes.", schedule, 0))) for schedule in SCHEDULES
+        ]
+        return whole, streamed
+
+    whole, streamed = loop.run_until_complete(run())
+    assert whole.shape == (20, 16)
+    for schedule, frames in zip(SCHEDULES, streamed, strict=True):
+        np.testing.assert_array_equal(frames, whole, err_msg=schedule)

@@ -17,12 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vllm_omni.entrypoints.generation.speech import AsyncCodecFrameGenerator, SpeechRequest
+from vllm_omni.entrypoints.generation.speech import AsyncCodecFrameGenerator, SpeechRequest, TalkerFailure
 from vllm_omni.entrypoints.generation.streamed_text import (
     CHUNK_DEADLINE_S,
     HOLD_S,
     StreamReport,
-    TalkerFailure,
     TextSession,
 )
 
@@ -37,7 +36,7 @@ TEXTS = [
     "The third one reads a recipe aloud, slowly and clearly, and waits for the cook to catch up with every step.",
     "And the fourth says goodbye before the line goes quiet, taking its time to find the right last words to use.",
 ]
-FRAMES = 120
+FRAMES = 60
 
 
 # Two engines, one bound each: few request slots (a KV cache with room to spare), or a KV cache the paused sessions
@@ -48,12 +47,25 @@ ENGINES = {
 }
 
 
-@pytest.fixture(scope="module", params=list(ENGINES))
-def generator(request, talker_checkpoint: Path, engine_loop):
-    settings = {**ENGINE, **ENGINES[request.param], "max_model_len": 256}
-    engine = AsyncCodecFrameGenerator(talker_checkpoint, stat_loggers=[KvUsage], **settings)
-    yield engine
-    engine.shutdown()
+@pytest.fixture(scope="module")
+def engines(talker_checkpoint: Path, engine_loop):
+    """``engines(kind)``: the engine of ``ENGINES[kind]``, started when first asked for."""
+    started: dict[str, AsyncCodecFrameGenerator] = {}
+
+    def get(kind: str) -> AsyncCodecFrameGenerator:
+        if kind not in started:
+            settings = {**ENGINE, **ENGINES[kind], "max_model_len": 256}
+            started[kind] = AsyncCodecFrameGenerator(talker_checkpoint, stat_loggers=[KvUsage], **settings)
+        return started[kind]
+
+    yield get
+    for engine in started.values():
+        engine.shutdown()
+
+
+@pytest.fixture
+def generator(engines):
+    return engines("slots")
 
 
 def request(**fields) -> SpeechRequest:
@@ -72,7 +84,9 @@ async def all_at_once(text: str) -> AsyncIterator[str]:
     yield text
 
 
-def test_paused_sessions_leave_room_for_other_requests_and_end_with_their_whole_texts(generator, engine_loop):
+@pytest.mark.parametrize("kind", list(ENGINES))
+def test_paused_sessions_leave_room_for_other_requests_and_end_with_their_whole_texts(kind, engines, engine_loop):
+    generator = engines(kind)
     blocks = generator.engine.vllm_config.cache_config.num_gpu_blocks
     holds = generator.stream_holds
     slots = generator.engine.vllm_config.scheduler_config.max_num_seqs
@@ -94,7 +108,7 @@ def test_paused_sessions_leave_room_for_other_requests_and_end_with_their_whole_
             asyncio.create_task(collect(generator.stream_text(request(), paused(text, gate), report=report)))
             for text, gate, report in zip(TEXTS, gates, reports, strict=True)
         ]
-        await asyncio.sleep(5.0)  # every session has spoken its first words and paused
+        await asyncio.sleep(4.0)  # every session has spoken its first words and paused
         held = dict(holds.held)
         ordinary = dataclasses.replace(request(), text="An ordinary request while the others wait.")
         served = await asyncio.wait_for(collect(generator.stream(ordinary)), 120)  # never served, without the bounds

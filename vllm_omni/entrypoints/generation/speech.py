@@ -54,6 +54,13 @@ SAMPLING_FIELDS = (
 )
 
 
+class TalkerFailure(SpeechRequestError):
+    """The engine ended a request it could not go on with (its state did not fit a step; the server log says
+    why), or ended it before the utterance did. Raised after the frames made before the failure; a 500."""
+
+    status = 500
+
+
 @dataclass(frozen=True)
 class SpeechRequest:
     """One utterance. ``None`` fields take the checkpoint's generation defaults."""
@@ -219,6 +226,7 @@ class _SpeechFrontend:
         pick = lambda value, name: d[name] if value is None else value  # noqa: E731
         check_sampling({name: pick(getattr(request, name), name) for name in SAMPLING_FIELDS})
         greedy = greedy or float(pick(request.temperature, "temperature")) < 1e-5  # as vLLM reads temperature 0
+        sub_greedy = sub_greedy or float(pick(request.subtalker_temperature, "subtalker_temperature")) < 1e-5
         try:
             spec = TalkerRequestSpec(
                 request_key=request_key or uuid.uuid4().hex,
@@ -330,9 +338,12 @@ class CodecFrameGenerator(_SpeechFrontend):
             use_tqdm=use_tqdm,
         )
         results = []
-        for output in outputs:
+        for index, output in enumerate(outputs):
             completion = output.outputs[0]
-            frames = self.assembler().feed(completion.token_ids, completion.logprobs)
+            assembler = self.assembler()
+            frames = assembler.feed(completion.token_ids, completion.logprobs)
+            if assembler.failed:
+                raise TalkerFailure(f"the engine could not go on with request {index}: see the server log")
             results.append(np.asarray(frames, dtype=np.int64).reshape(-1, self.config.talker_config.num_code_groups))
         return results
 
@@ -383,8 +394,6 @@ class AsyncCodecFrameGenerator(_SpeechFrontend):
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        from .streamed_text import TalkerFailure
-
         params = engine_request.sampling_params
         params.output_kind = RequestOutputKind.DELTA
         assembler = self.assembler()
@@ -410,11 +419,13 @@ class AsyncCodecFrameGenerator(_SpeechFrontend):
         """:meth:`stream` for text that arrives while it is spoken: ``request.text`` is None and ``pieces`` (an async
         iterable of ``str``; its end is the end of the text) feed one running request in the streamed-text layout.
 
-        Yields ``int64[n, 16]`` arrays of new frames as :meth:`stream` does; greedy frames equal the whole text's
+        Yields ``int64[n, 16]`` arrays of new frames as :meth:`stream` does, and an empty one (n = 0) each time the
+        talker is held for text with every frame it can make sent; ``pieces`` may carry
+        :data:`~.stream_report.FLUSH` (commit the pending word now). Greedy frames equal the whole text's
         (``non_streaming_mode=False``) whatever the arrival schedule: a step whose text has not arrived is held
         (:mod:`.streamed_text`). A text error (a non-string piece, an empty text, ``text_timeout_s`` seconds
         without a piece while the talker waits) is raised here. Closing the iterator aborts the request.
-        ``report`` (a :class:`~.streamed_text.StreamReport`) is filled in: what each frame had read of the text,
+        ``report`` (a :class:`~.stream_report.StreamReport`) is filled in: what each frame had read of the text,
         and how the utterance ended.
         """
         from .streamed_text import stream_text

@@ -32,7 +32,7 @@ class StreamReport:
 
     ``frame_chars[j]``: the characters of the text (as sent) that the step making frame ``j`` had read;
     ``text_chars``: all characters received; ``ending`` (:data:`ENDINGS`) and ``message`` once it ended;
-    ``releases``: how often its KV cache was released while it waited for text.
+    ``releases``: how often its KV cache was released (a pause past the hold bounds, a chunk past its deadline).
     """
 
     frame_chars: list[int] = dataclasses.field(default_factory=list)

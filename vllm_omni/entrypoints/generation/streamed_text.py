@@ -54,18 +54,12 @@ from vllm_omni.model_executor.models.qwen3_tts.engine_contract import TalkerRequ
 from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import ROLE_TOKENS, SpeechPrompt, SpeechRequestError
 from vllm_omni.model_executor.models.qwen3_tts.text_stream import IncrementalTokenizer
 
+from .speech import TalkerFailure
 from .stream_report import FLUSH, StreamReport
 
 MAX_PIECE_CHARS = 1 << 16  # one piece at most (a server applies its own, smaller, limits first)
 HOLD_S = 2.0  # how long a paused session keeps its KV cache before it is released (within the bounds)
 CHUNK_DEADLINE_S = 30.0  # a held session's next chunk not scheduled by then is released and resubmitted
-
-
-class TalkerFailure(SpeechRequestError):
-    """The engine ended a request it could not go on with (its state did not fit a step; the server log says
-    why), or ended it before the utterance did. Raised after the frames made before the failure; a 500."""
-
-    status = 500
 
 
 class StreamHolds:
@@ -202,14 +196,19 @@ class TextSession:
         committed ids directly: a chunk costs what it adds, not the whole text again."""
         lead, committed = self.lead, self.text.tokens.committed
         ids = lead[start:] + committed[ROLE_TOKENS + max(self.held_ids, 0) + max(start - len(lead), 0) :]
-        if self.text.complete and start < self.known():
+        if self.trails_eos() and start < self.known():
             ids.append(self.tts_eos)
         return ids
+
+    def trails_eos(self) -> bool:
+        """Whether ``tts_eos`` is a trailing text id: the text is complete, and the prompt does not hold it (a short
+        text cloned in context can fit the prompt whole, ``tts_eos`` included)."""
+        return self.text.complete and not self.eos_in_prompt
 
     def known(self) -> int:
         """How many trailing text ids are known now."""
         text_ids = len(self.text.tokens.committed) - ROLE_TOKENS
-        return len(self.lead) + max(text_ids - max(self.held_ids, 0), 0) + (1 if self.text.complete else 0)
+        return len(self.lead) + max(text_ids - max(self.held_ids, 0), 0) + (1 if self.trails_eos() else 0)
 
     def allowed(self) -> int:
         """The talker steps the text known now allows, within the budget."""
@@ -227,7 +226,10 @@ class TextSession:
         self.spec = TalkerRequestSpec.from_extra_args(self.params.extra_args)
         self.prompt_ids = list(first.prompt_ids)
         # Text ids the prompt holds (negative: reference text still trails): frame j has read `held + j` of them.
-        self.held_ids = len(text.tokens.text_ids) + (1 if text.complete else 0) - len(prompt.trailing_text_ids)
+        # tts_eos, once the text is complete, is the last trailing id, or in the prompt when nothing trails.
+        trailing = prompt.trailing_text_ids
+        self.eos_in_prompt = text.complete and not trailing
+        self.held_ids = len(text.tokens.text_ids) - (len(trailing) - (1 if text.complete and trailing else 0))
         self.lead = list(prompt.trailing_text_ids[: max(-self.held_ids, 0)])
         self.tts_eos = self.generator.config.tts_eos_token_id
         while True:
@@ -315,7 +317,7 @@ class TextSession:
                 if made:
                     self._sent(made)
                     yield np.asarray(made, dtype=np.int64).reshape(-1, self.groups)
-                if assembler.ended or self.sampled >= self.budget:
+                if not self.ended and (assembler.ended or self.sampled >= self.budget):
                     self._end(assembler)
                 if completion.finish_reason is not None and not output.finished:
                     chunk_done.set()
@@ -424,8 +426,10 @@ async def _deadlined(outputs: Any, clock: ChunkClock, deadline_s: float) -> Asyn
             since = clock.sent_at
             if since is None:  # no chunk pending: until an output or a chunk sent
                 waker = asyncio.ensure_future(clock.changed.wait())
-                await asyncio.wait({pending, waker}, return_when=asyncio.FIRST_COMPLETED)
-                waker.cancel()
+                try:
+                    await asyncio.wait({pending, waker}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waker.cancel()
                 clock.changed.clear()
             else:
                 await asyncio.wait({pending}, timeout=max(since + deadline_s - time.monotonic(), 0.0))

@@ -274,9 +274,10 @@ class SpeechSession(SocketSession):
             return
         if self.settings.streams_text:
             utterance = self.streaming or self.begin_streamed()
-            if utterance.ending is not None:  # spoken already: the talker ended before its text did
+            ended = utterance.ending or (utterance.report.ending if utterance.report is not None else None)
+            if ended is not None:  # spoken already: the talker ended before its text did
                 await self.error(
-                    f"input.text not spoken: utterance {utterance.index} ended ({utterance.ending}) before its text "
+                    f"input.text not spoken: utterance {utterance.index} ended ({ended}) before its text "
                     "did; send input.done, then the next utterance's text"
                 )
                 return
@@ -373,9 +374,9 @@ class SpeechSession(SocketSession):
         from ..server.speech_streams import public_error
 
         failure = None
-        await self.send_text(_json(self.audio_start(utterance)))
-        self.current = utterance
+        self.current = utterance  # from audio.start on, input.cancel stops it
         try:
+            await self.send_text(_json(self.audio_start(utterance)))
             if not utterance.cancelled:
                 utterance.speaking = asyncio.create_task(self.speak(utterance))
                 await utterance.speaking
@@ -461,8 +462,8 @@ class SpeechSession(SocketSession):
         chunks = []
         async with contextlib.aclosing(decoded_audio(self.speech, frames, fmt, config.speed, counts)) as audio:
             async for chunk in audio:
-                utterance.frames = counts["frames"]
-                if config.stream_audio:
+                if config.stream_audio:  # the frames sent so far (a whole file sends them all at its end)
+                    utterance.frames = counts["frames"]
                     await self.send_bytes(chunk)
                     utterance.total_bytes += len(chunk)
                     await self.progress(utterance)
@@ -491,7 +492,12 @@ class SpeechSession(SocketSession):
                     utterance.total_bytes += len(data)
                     utterance.frames += len(batch)
                     await self.progress(utterance)
-        except (asyncio.CancelledError, SocketClosed):
+        except asyncio.CancelledError:
+            if utterance.cancelled and not asyncio.current_task().cancelling():  # input.cancel: the stream says so
+                with contextlib.suppress(SocketClosed):
+                    await self.send_text(encoder.done(reason="cancelled").decode())
+            raise
+        except SocketClosed:
             raise
         except Exception as error:  # the codec stream ends with its own word on it; audio.done follows
             from ..server.speech_streams import public_error

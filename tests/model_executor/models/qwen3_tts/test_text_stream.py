@@ -305,3 +305,21 @@ def test_what_is_committed_always_ends_at_a_word_boundary_of_the_whole_text(toke
             assert committed in boundaries, (text, sent, committed)
     for pieces in (["Hi\n ", "\n"], ["S\r \xa0", "\n"], ["\r\u3000", "\nok"], [" \n", " \n", "x"]):
         streamed(tokenizer, pieces)
+
+
+def test_a_flush_commits_the_pending_word_as_it_stands(tokenizer):
+    """The opt-in flush: the pending word's ids now, tokenized alone; the text after it is tokenized from there."""
+    stream = IncrementalTokenizer(tokenizer)
+    stream.add("Hello there, wor")
+    before = list(stream.committed)
+    flushed = stream.flush()
+    assert stream.pending == "" and flushed and stream.committed == before + flushed
+    assert stream.committed[: len(before)] == whole_ids(tokenizer, "Hello there, wor")[: len(before)]
+    stream.add("ld and more.")
+    stream.finish()
+    after = list(tokenizer("ld and more.", add_special_tokens=False)["input_ids"])
+    assert stream.committed == before + flushed + after
+    empty = IncrementalTokenizer(tokenizer)
+    empty.flush()
+    with pytest.raises(SpeechRequestError, match="empty"):
+        empty.finish()

@@ -55,7 +55,7 @@ import torch
 # this name, in the worker.
 LOGITS_PROCESSOR = "vllm_omni.model_executor.models.qwen3_tts.logits_processor:Qwen3TTSLogitsProcessor"
 EXTRA_ARGS_KEY = "qwen3_tts"
-# The residual codes of a frame ride in the top logprobs of the next token: one entry per residual
+# The residual codes of a frame ride in the top logprobs of the token that starts it: one entry per residual
 # codebook (15 for the released 16-codebook checkpoints). vLLM's own default, 20, leaves room.
 MAX_LOGPROBS = 20
 LOGPROBS_MODE = "raw_logprobs"  # the logits as the model made them: the raised columns stay on top

@@ -174,7 +174,7 @@ class TalkerBatch:
                     f"({spec.tokens_before} tokens made); the request ends here"
                 )
             elif resumed:
-                self._resume(state)
+                self._resume(state, (prompt_ids or [])[-resumed:])
             self._states[spec.request_key] = state
         else:
             state.output_token_ids = output_ids  # resumed after preemption, or the next chunk of a text stream
@@ -186,18 +186,23 @@ class TalkerBatch:
         if self.tables is not None:
             self.tables.load(index, state)
 
-    def _resume(self, state: TalkerRequestState) -> None:
-        """A text stream resumed in a new request: its frames as they were made, its repetition-penalty history."""
+    def _resume(self, state: TalkerRequestState, tail: list[int]) -> None:
+        """A text stream resumed in a new request: its frames as they were made, its repetition-penalty history.
+        The prompt's ``tail`` (its last ``len(resume_frames)`` ids) must be their codebook-0 ids."""
         frames = state.spec.resume_frames
-        if state.prompt_len < 1 or any(
-            len(frame) != self.groups
-            or not 0 <= frame[0] < self.codec_vocab
-            or (self.codebook and max(frame[1:], default=0) >= self.codebook)
-            for frame in frames
+        if (
+            state.prompt_len < 1
+            or list(tail) != [frame[0] for frame in frames]
+            or any(
+                len(frame) != self.groups
+                or not 0 <= frame[0] < self.codec_vocab
+                or (self.codebook and max(frame[1:], default=0) >= self.codebook)
+                for frame in frames
+            )
         ):
             state.fail(
-                f"talker request {state.spec.request_key}: its resume_frames do not fit this model (frames of "
-                f"{self.groups} codes after a prompt); the request ends here"
+                f"talker request {state.spec.request_key}: its resume_frames do not fit this model or its prompt "
+                f"(frames of {self.groups} codes whose codebook-0 ids end the prompt); the request ends here"
             )
             return
         device = self.tables.history.device if self.tables is not None else torch.device("cpu")
