@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vllm_omni.entrypoints.generation.speech import AsyncCodecFrameGenerator, SpeechRequest, TalkerFailure
+from vllm_omni.entrypoints.generation.speech import AsyncCodecFrameGenerator, SpeechRequest
+from vllm_omni.entrypoints.generation.stream_report import TalkerFailure
 from vllm_omni.entrypoints.generation.streamed_text import (
     CHUNK_DEADLINE_S,
     HOLD_S,

@@ -42,6 +42,8 @@ from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import (
     VoiceClonePrompt,
 )
 
+from .stream_report import TalkerFailure
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["AsyncCodecFrameGenerator", "CodecFrameGenerator", "SpeechRequest", "SpeechRequestError"]
@@ -52,13 +54,6 @@ SAMPLING_FIELDS = (
     *("temperature", "top_k", "top_p", "repetition_penalty"),
     *("subtalker_temperature", "subtalker_top_k", "subtalker_top_p"),
 )
-
-
-class TalkerFailure(SpeechRequestError):
-    """The engine ended a request it could not go on with (its state did not fit a step; the server log says
-    why), or ended it before the utterance did. Raised after the frames made before the failure; a 500."""
-
-    status = 500
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,20 @@
-"""What a streamed-text utterance reports (:class:`StreamReport`) and the flush marker its pieces may carry
-(:data:`FLUSH`): plain data, importable where the model code is not (the WebSocket layer)."""
+"""What a streamed-text utterance reports (:class:`StreamReport`), the flush marker its pieces may carry
+(:data:`FLUSH`) and the error of a request the engine failed (:class:`TalkerFailure`): plain data, importable where
+the model code is not (the WebSocket layer)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+from vllm_omni.errors import RequestRefused
+
+
+class TalkerFailure(RequestRefused):
+    """The engine ended a request it could not go on with (its state did not fit a step; the server log says
+    why), or ended it before the utterance did. Raised after the frames made before the failure; a 500."""
+
+    status = 500
 
 
 class _Flush:

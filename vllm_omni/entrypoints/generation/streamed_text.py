@@ -54,8 +54,7 @@ from vllm_omni.model_executor.models.qwen3_tts.engine_contract import TalkerRequ
 from vllm_omni.model_executor.models.qwen3_tts.prompt_builder import ROLE_TOKENS, SpeechPrompt, SpeechRequestError
 from vllm_omni.model_executor.models.qwen3_tts.text_stream import IncrementalTokenizer
 
-from .speech import TalkerFailure
-from .stream_report import FLUSH, StreamReport
+from .stream_report import FLUSH, StreamReport, TalkerFailure
 
 MAX_PIECE_CHARS = 1 << 16  # one piece at most (a server applies its own, smaller, limits first)
 HOLD_S = 2.0  # how long a paused session keeps its KV cache before it is released (within the bounds)
