@@ -22,6 +22,7 @@ from vllm_omni.entrypoints.generation.stream_report import TalkerFailure
 from vllm_omni.entrypoints.generation.streamed_text import (
     CHUNK_DEADLINE_S,
     HOLD_S,
+    StreamHolds,
     StreamReport,
     TextSession,
 )
@@ -187,3 +188,16 @@ def test_a_chunk_not_scheduled_by_its_deadline_is_released_and_the_stream_resume
 
     whole, streamed, report, freed = engine_loop.run_until_complete(run())
     assert np.array_equal(streamed, whole) and report.releases > 0 and freed
+
+
+def test_holds_are_bounded_in_sessions_and_blocks_and_shared_between_api_processes():
+    holds = StreamHolds(max_sessions=2, max_blocks=3, block_size=32)
+    assert holds.hold("a", 64)  # 2 blocks
+    assert not holds.hold("b", 33)  # 2 more: over the blocks
+    assert holds.hold("c", 32)  # 1 more: 3 blocks, 2 sessions
+    assert not holds.hold("d", 1)  # over the sessions
+    holds.release("a")
+    assert holds.hold("d", 1) and holds.held == {"c": 1, "d": 1}
+    holds.share(2)
+    assert (holds.max_sessions, holds.max_blocks) == (1, 1)
+    assert not StreamHolds(max_sessions=0, max_blocks=9, block_size=32).hold("x", 1)  # one engine slot: never held

@@ -78,6 +78,11 @@ class StreamHolds:
         blocks = max((cache.num_gpu_blocks or 0) - 1, 0)
         return cls(scheduler.max_num_seqs // 2, blocks // 2, cache.block_size)  # one slot: never held
 
+    def share(self, processes: int) -> None:
+        """This engine is fed by ``processes`` API server processes, each with its own holds: take an equal part."""
+        self.max_sessions //= max(processes, 1)
+        self.max_blocks //= max(processes, 1)
+
     def hold(self, session: object, tokens: int) -> bool:
         """Whether ``session``, pausing with ``tokens`` in the KV cache, may keep them (then :meth:`release`)."""
         blocks = math.ceil(tokens / self.block_size)

@@ -85,6 +85,7 @@ async def load_serving_state(engine_client: Any, args: Any) -> ServingState:
     warm = await asyncio.to_thread(open_decoder, plans.server_decoder, check_sha256=False, prepack=True)
     limits = SpeechLimits.from_args(args)
     generator.stream_holds.hold_s = limits.stream_hold_s
+    generator.stream_holds.share(getattr(args, "api_server_count", None) or 1)  # each API process holds its part
     voices = VoiceService()
     speech = SpeechService(generator, limits, served_model_names(args), plans.server_decoder, voices, warm)
     speech.media_rules = MediaRules.for_engine(engine_client.vllm_config.model_config, limits.max_body_bytes)
