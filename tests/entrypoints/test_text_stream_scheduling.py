@@ -145,9 +145,12 @@ def test_a_failure_inside_the_engine_is_reported_with_what_was_spoken(generator,
     monkeypatch.setattr(TextSession, "_request", corrupted)
     generator.stream_holds.hold_s = 0.2
 
+    spoke = asyncio.Event()
+
     async def pauses() -> AsyncIterator[str]:
         yield TEXTS[0][:20]
-        await asyncio.sleep(1.5)  # past the hold: the session is released, then resumed
+        await spoke.wait()  # the talker has spoken the first words (a cold engine takes a while)
+        await asyncio.sleep(1.0)  # past the hold: the session is released, then resumed
         yield TEXTS[0][20:]
 
     async def run():
@@ -155,6 +158,7 @@ def test_a_failure_inside_the_engine_is_reported_with_what_was_spoken(generator,
         with pytest.raises(TalkerFailure, match="could not go on"):
             async for batch in generator.stream_text(request(), pauses(), report=report):
                 got.append(batch)
+                spoke.set()
         return report, sum(len(batch) for batch in got), await kv_freed(generator, 10.0)
 
     try:
