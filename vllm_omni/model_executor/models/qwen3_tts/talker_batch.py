@@ -102,27 +102,17 @@ class RowTables:
     def sampling(self, rows: torch.Tensor, all_greedy: bool) -> ResidualSampling:
         """The residual sampling of the frames that ``rows`` (int64[n], batch rows) complete in this step;
         ``all_greedy``: whether every one of them is greedy (known on the host, from the requests' specs)."""
-        return ResidualSampling(
-            all_greedy=all_greedy,
-            greedy=self.greedy[rows],
-            temperature=self.temperature[rows],
-            top_k=self.top_k[rows],
-            top_p=self.top_p[rows],
-            seeds=self.seed[rows],
-            frames=self.frames[rows],
-        )
+        return self._sampling(rows, all_greedy, self.greedy, self.temperature, self.top_k, self.top_p)
 
     def code0_sampling(self, rows: torch.Tensor, all_greedy: bool) -> ResidualSampling:
         """Codebook 0's sampling of the frames ``rows`` make in this step (pick with ``CODEBOOK0_GROUP``)."""
-        return ResidualSampling(
-            all_greedy=all_greedy,
-            greedy=self.code0_greedy[rows],
-            temperature=self.code0_temperature[rows],
-            top_k=self.code0_top_k[rows],
-            top_p=self.code0_top_p[rows],
-            seeds=self.seed[rows],
-            frames=self.frames[rows],
+        return self._sampling(
+            rows, all_greedy, self.code0_greedy, self.code0_temperature, self.code0_top_k, self.code0_top_p
         )
+
+    def _sampling(self, rows: torch.Tensor, all_greedy: bool, *settings: torch.Tensor) -> ResidualSampling:
+        greedy, temperature, top_k, top_p = (table[rows] for table in settings)
+        return ResidualSampling(all_greedy, greedy, temperature, top_k, top_p, self.seed[rows], self.frames[rows])
 
     def move(self, a: int, b: int, swap: bool) -> None:
         for table in self._tables():
