@@ -151,3 +151,27 @@ def streaming_engines(engine_loop):
     engines = StreamingEngines(dict(ENGINE))
     yield engines
     engines.shutdown()
+
+
+SERVER_LOG_LINES = 60  # the server's warnings shown beside a failed test that used a server
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed test that ran against a ``vllm serve`` (any fixture value with a ``log`` path and a ``process``)
+    shows the server's warning and error lines beside its failure: what the server logged is often the cause
+    (a client is told only "see the server log")."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    for name, value in getattr(item, "funcargs", {}).items():
+        log = getattr(value, "log", None)
+        if getattr(value, "process", None) is None or not isinstance(log, Path) or not log.is_file():
+            continue
+        lines = [
+            line
+            for line in log.read_text(errors="replace").splitlines()
+            if any(mark in line for mark in ("WARNING", "ERROR", "Error", "Traceback", "failed"))
+        ]
+        report.sections.append((f"server log of {name!r}: warnings and errors", "\n".join(lines[-SERVER_LOG_LINES:])))

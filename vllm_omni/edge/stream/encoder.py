@@ -65,7 +65,11 @@ class CodecStreamEncoder:
         if count > contract.max_frames_per_message or (count == 0 and not flags):
             raise InvalidFramesError(f"a message holds 1..{contract.max_frames_per_message} frames, found {count}")
         if count and (frames.min() < 0 or frames.max() >= contract.codebook_size):
-            raise InvalidFramesError(f"codes must be in 0..{contract.codebook_size - 1}")
+            bad = np.argwhere((frames < 0) | (frames >= contract.codebook_size))[0].tolist()
+            raise InvalidFramesError(
+                f"codes must be in 0..{contract.codebook_size - 1}, found {int(frames[tuple(bad)])} at "
+                f"[frame, codebook] = {bad} of this message (stream frame {self.frames_sent + bad[0]})"
+            )
         header = HEADER.pack(PROTOCOL_VERSION, flags, count, self.seq, self.frames_sent)
         body = frames.astype("<i2").tobytes() if contract.packing == "int16" else pack11(frames)
         self.seq += 1
