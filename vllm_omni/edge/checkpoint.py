@@ -61,6 +61,16 @@ def checkpoint_sha256(files: SpeechTokenizerFiles) -> str:
     return digest.hexdigest()
 
 
+def model_label(model: str | os.PathLike[str]) -> str:
+    """How a plan names its model (``model.id``): a hub id as given; a local checkpoint by its directory's name
+    only, so a plan served to clients does not carry the server's paths (a user name, a mount layout)."""
+    text = str(model)
+    if _looks_like_hub_id(text) and not os.path.exists(text):
+        return text
+    path = Path(text).expanduser()
+    return path.resolve().name or path.name or text
+
+
 def _looks_like_hub_id(model: str) -> bool:
     parts = model.split("/")
     return len(parts) == 2 and all(parts) and not model.startswith((".", "~")) and not os.path.isabs(model)

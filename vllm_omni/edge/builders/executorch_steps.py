@@ -33,7 +33,7 @@ from ..backends.executorch import (
 )
 from ..backends.executorch_delegation import DelegationReport
 from ..backends.torch_export import quiet_torch_export
-from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
+from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, model_label, resolve_speech_tokenizer
 from ..errors import EdgeExportError
 from ..files import file_sha256, remove_partial_files
 from ..graphs.layouts import PHONE_LAYOUT, get_layout
@@ -187,7 +187,7 @@ def build_executorch_steps(hardware_class: HardwareClass, request: BuildRequest)
         hardware_class=hardware_class.name,
         backend=hardware_class.backend,
         dtype=hardware_class.dtype,
-        model={"id": str(request.model), "checkpoint_sha256": fingerprint["checkpoint_sha256"]},
+        model={"id": model_label(request.model), "checkpoint_sha256": fingerprint["checkpoint_sha256"]},
         directory=out_dir,
         steps=steps,
         device_dir=request.device_dir,

@@ -65,7 +65,7 @@ from ..backends.rknn import (
     toolkit_version,
 )
 from ..backends.rknn_runtime import RknnSimulatorStepRunner, shape_sets
-from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
+from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, model_label, resolve_speech_tokenizer
 from ..errors import EdgeError, EdgeExportError
 from ..graphs.layouts import NPU_LAYOUT, layouts_for
 from ..graphs.step_contract import StepContractError
@@ -549,7 +549,7 @@ def _is_float(token: str) -> bool:
 
 
 def write_plan(args, graphs, contracts, engines, check, formulation: dict):
-    model = {"id": str(args.model_dir or args.onnx), "checkpoint_sha256": None}
+    model = {"id": model_label(args.model_dir or args.onnx), "checkpoint_sha256": None}
     if args.model_dir:
         model["checkpoint_sha256"] = checkpoint_sha256(resolve_speech_tokenizer(args.model_dir))
     verification = {

@@ -21,7 +21,7 @@ from ..audio import ReferenceMatch, match_reference
 from ..backends.interface import StepRunner
 from ..backends.onnx import export_step_onnx, graph_contract
 from ..backends.onnxruntime import OnnxStepGraph
-from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
+from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, model_label, resolve_speech_tokenizer
 from ..errors import EdgeExportError
 from ..files import file_sha256, remove_partial_files
 from ..graphs.step_contract import StepContract
@@ -227,5 +227,5 @@ def export_steps(
         graphs = {role: (path, contract.for_frames(frames), match) for role, frames in sizes.items()}
     else:
         graphs = built
-    model = {"id": str(request.model), "checkpoint_sha256": fingerprint["checkpoint_sha256"]}
+    model = {"id": model_label(request.model), "checkpoint_sha256": fingerprint["checkpoint_sha256"]}
     return graphs, model

@@ -29,7 +29,7 @@ from ..audio import snr_db
 from ..backends.interface import ProgramWriter
 from ..backends.registry import get_backend, program_writer
 from ..backends.torch_export import quiet_torch_export
-from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, resolve_speech_tokenizer
+from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, model_label, resolve_speech_tokenizer
 from ..errors import EdgeExportError
 from ..files import file_sha256, json_schema_of, read_bounded, remove_partial_files
 from ..geometry import CodecGeometry
@@ -136,7 +136,7 @@ def export_windowed_programs(
 
     config = decoder.config
     skeleton = WindowedManifest(
-        model_id=str(request.model),
+        model_id=model_label(request.model),
         checkpoint_sha256=fingerprint["checkpoint_sha256"],
         geometry=dataclasses.asdict(config),
         codec=CodecGeometry.of_decoder(decoder, OUTPUT_SAMPLE_RATE),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from vllm_omni.edge.builders.registry import build
 from vllm_omni.edge.builders.request import BuildRequest
-from vllm_omni.edge.checkpoint import checkpoint_sha256, resolve_speech_tokenizer
+from vllm_omni.edge.checkpoint import checkpoint_sha256, model_label, resolve_speech_tokenizer
 from vllm_omni.edge.errors import EdgeError
 from vllm_omni.edge.hardware import get_hardware_class
 from vllm_omni.edge.plan.model import ExecPlan
@@ -31,10 +31,13 @@ def ensure_plan(name: str, model: str, directory: Path, checkpoint: str, progres
     """The validated plan of class ``name`` in ``directory``, built (or resumed) when missing or stale."""
     try:
         plan = ExecPlan.load(directory)
-        if plan.model.get("checkpoint_sha256") == checkpoint:
+        if plan.model.get("checkpoint_sha256") != checkpoint:
+            progress(f"{name}: the plan in {directory} was built from another checkpoint; rebuilding")
+        elif plan.model.get("id") != model_label(model):  # an older build named the model by its path
+            progress(f"{name}: the plan in {directory} names the model by its path; rebuilding (artifacts kept)")
+        else:
             progress(f"{name}: plan {plan.plan_id[:12]} in {directory} is valid and matches the served model")
             return plan
-        progress(f"{name}: the plan in {directory} was built from another checkpoint; rebuilding")
     except EdgeError as error:
         progress(f"{name}: no valid plan in {directory} ({str(error).splitlines()[0]}); building")
     if name in SLOW_BUILDS:

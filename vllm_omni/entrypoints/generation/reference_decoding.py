@@ -4,13 +4,15 @@ As the official ``qwen-tts`` 0.1.1 takes it: a file (bytes or a path) is decoded
 (PyAV here, libsndfile/audioread there: the same values for PCM, ``int16 / 32768``) and channels are
 averaged; an array is taken as ``(samples,)`` or ``(samples, channels)``, as
 ``Qwen3TTSModel._normalize_audio_inputs`` takes it; other rates go to 24 kHz
-(``reference_audio.resample_to_24k``). Only accepted containers are opened (:func:`container_format`).
+(``reference_audio.resample_to_24k``). Only accepted containers are opened (:func:`container_format`), and only
+accepted codecs, mono or stereo, at most 48 kHz, are decoded (:func:`accepted_codec`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import math
 import os
 from pathlib import Path
@@ -24,9 +26,17 @@ from vllm_omni.model_executor.models.qwen3_tts.reference_audio import (
     resample_to_24k,
 )
 
-# Upper bound on a rate accepted from a caller (soxr itself takes any positive rate).
+# Upper bound on a rate accepted from a caller's array (soxr itself takes any positive rate).
 MAX_INPUT_RATE = 768_000
+# A file's audio: its codec, channels and rate (a tiny FLAC of 8-channel 384 kHz silence would decode to
+# hundreds of millions of samples within the duration limit).
+ACCEPTED_CODECS = frozenset({"flac", "mp3", "mp3float", "vorbis", "libvorbis", "opus", "libopus"})
+ACCEPTED_CODEC_NAMES = "PCM, FLAC, MP3, Vorbis or Opus"
+MAX_FILE_CHANNELS = 2
+MAX_FILE_RATE = 48_000
 DEFAULT_MAX_SECONDS = 30.0  # the official examples use 3-10 s; 30 s is 375 frames of prompt
+
+logger = logging.getLogger("vllm.omni.speech")
 
 
 def load_reference_audio(source: Any, *, max_seconds: float | None = DEFAULT_MAX_SECONDS) -> np.ndarray:
@@ -173,7 +183,26 @@ def _decode(file: Any, what: str, max_seconds: float | None) -> tuple[np.ndarray
         return _demux(av, file, fmt, what, max_seconds)
 
 
+def accepted_codec(name: str) -> bool:
+    """Whether FFmpeg's decoder ``name`` is one a reference may use (:data:`ACCEPTED_CODECS`)."""
+    return name.startswith("pcm_") or name in ACCEPTED_CODECS
+
+
+def _check_layout(what: str, channels: int, rate: int) -> None:
+    if not 0 < channels <= MAX_FILE_CHANNELS:
+        raise ReferenceAudioError(
+            f"{what} have {channels} channels; reference audio takes mono or stereo (at most {MAX_FILE_CHANNELS})"
+        )
+    if not 0 < rate <= MAX_FILE_RATE:
+        raise ReferenceAudioError(
+            f"{what} are sampled at {rate} Hz; reference audio takes at most {MAX_FILE_RATE} Hz (24 kHz is used)"
+        )
+
+
 def _demux(av: Any, file: Any, fmt: str, what: str, max_seconds: float | None) -> tuple[np.ndarray, int]:
+    """Decode the first audio stream, refusing a codec, channel count or rate outside the accepted ones before
+    decoding a frame, and every frame that changes them. The decoded samples are bounded by the duration limit
+    at the highest rate and channel count taken, counted as they arrive."""
     chunks: list[np.ndarray] = []
     rate = 0
     total = 0
@@ -182,6 +211,13 @@ def _demux(av: Any, file: Any, fmt: str, what: str, max_seconds: float | None) -
             if not container.streams.audio:
                 raise ReferenceAudioError(f"{what} hold no audio stream (expected an audio file: WAV, FLAC, MP3, ...)")
             stream = container.streams.audio[0]
+            codec = stream.codec_context.name
+            if not accepted_codec(codec):
+                raise ReferenceAudioError(
+                    f"{what} are coded as {codec!r}; reference audio takes {ACCEPTED_CODEC_NAMES} (re-encode it, "
+                    "e.g. as 16-bit PCM WAV or FLAC)"
+                )
+            _check_layout(what, stream.codec_context.channels, stream.codec_context.sample_rate)
             for frame in container.decode(stream):
                 if rate == 0:
                     rate = _check_rate(frame.sample_rate)
@@ -189,14 +225,14 @@ def _demux(av: Any, file: Any, fmt: str, what: str, max_seconds: float | None) -
                     raise ReferenceAudioError(
                         f"{what}: the sample rate changes mid-stream ({rate} -> {frame.sample_rate} Hz)"
                     )
+                _check_layout(what, len(frame.layout.channels), rate)
                 chunk = _frame_samples(frame)
                 total += chunk.shape[1]
                 _check_duration(total, rate, max_seconds)
                 chunks.append(chunk.mean(axis=0, dtype=np.float32) if chunk.shape[0] > 1 else chunk[0])
     except av.error.FFmpegError as error:
-        raise ReferenceAudioError(
-            f"{what} could not be decoded as audio ({error}); expected {ACCEPTED_FORMATS}"
-        ) from None
+        logger.info("reference audio not decoded: %s: %s", type(error).__name__, error)
+        raise ReferenceAudioError(f"{what} could not be decoded as audio; expected {ACCEPTED_FORMATS}") from None
     if not chunks:
         return np.zeros(0, dtype=np.float32), rate or SAMPLE_RATE
     return np.concatenate(chunks), rate

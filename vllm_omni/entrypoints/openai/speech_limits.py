@@ -70,12 +70,6 @@ _FLAGS = {
 }
 
 
-def allowed_origins(args: argparse.Namespace) -> tuple[str, ...]:
-    """``--speech-allowed-origins``: web origins besides the server's own whose pages may open the WebSocket."""
-    given = getattr(args, "speech_allowed_origins", None) or ""
-    return tuple(origin.strip().rstrip("/").lower() for origin in given.split(",") if origin.strip())
-
-
 def add_limit_arguments(group: argparse._ArgumentGroup) -> None:
     """The ``--speech-*`` flags of ``vllm serve --omni`` (defaults: :class:`SpeechLimits`)."""
     group.add_argument(
@@ -83,8 +77,17 @@ def add_limit_arguments(group: argparse._ArgumentGroup) -> None:
         dest="speech_allowed_origins",
         default=None,
         metavar="ORIGIN[,ORIGIN]",
-        help="web pages of these origins (scheme://host[:port]) may open the speech WebSocket besides the server's "
-        "own; a handshake with another Origin is refused with 403 (clients that send none, not browsers, pass)",
+        help="web pages of these origins (scheme://host[:port]) may open the speech WebSocket and send "
+        "state-changing requests besides the server's own; another Origin is refused with 403 (clients that send "
+        "none, not browsers, pass)",
+    )
+    group.add_argument(
+        "--speech-allowed-hosts",
+        dest="speech_allowed_hosts",
+        default=None,
+        metavar="NAME[,NAME]",
+        help="host names this server answers to besides IP addresses, localhost, --host and the allowed origins' "
+        "hosts (a request with another Host is refused with 403: DNS rebinding); '*' answers to any name",
     )
     defaults = SpeechLimits()
     for flag, (name, kind, text) in _FLAGS.items():

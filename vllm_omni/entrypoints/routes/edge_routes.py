@@ -27,7 +27,9 @@ A vLLM endpoint plugin (``vllm.endpoint_plugins`` entry point ``vllm_omni_edge``
   (:mod:`..browser.browser_page`).
 
 The text-generation routes vLLM mounts (chat, completions, messages, responses, tokenize) answer 404 with
-what to use instead: the talker generates codec frames, not text.
+what to use instead: the talker generates codec frames, not text. So do vLLM's routes that would act outside the
+paths ``--api-key`` guards (``/invocations``, elastic-EP scaling). Every request passes the request guard first
+(:mod:`..server.request_guard`: the ``Host`` allow-list, the Origin rule, JSON bodies as JSON).
 
 An API server process loads plans only (:mod:`..server.serving_state`); building them is the start-up
 hand-off's job (:mod:`..cli.serve`), so no exporter, graph or builder module is imported here.
@@ -50,6 +52,7 @@ from ..openai.speech_api import (
     to_speech_request,
 )
 from ..openai.speech_http import collect_unless_disconnected, error_response, not_modified, read_body
+from ..server.request_guard import RequestGuard, guard_settings
 from ..server.server_logs import quiet_known_noise
 from ..server.serving_state import ServingState, load_serving_state
 from ..server.speech_streams import (
@@ -80,6 +83,9 @@ TEXT_ROUTES = (
     "/generative_scoring",
     "/inference/v1/generate",
 )
+# vLLM's routes that act outside the paths its --api-key guards (/v1, /v2, /inference, /cohere): SageMaker's
+# /invocations runs the generation handlers, elastic-EP scaling reconfigures the engine. Each answers 404.
+UNGUARDED_ROUTES = ("/invocations", "/scale_elastic_ep", "/is_scaling_elastic_ep")
 
 
 def build_router():
@@ -183,10 +189,7 @@ def build_router():
     @router.websocket("/v1/audio/speech/stream")
     async def speech_socket(socket: WebSocket):
         serving = getattr(socket.app.state, STATE_ATTRIBUTE, None)
-        gate = serving.sockets if serving is not None else None
-        if gate is not None and not gate.origin_allowed(socket.headers.get("origin"), socket.headers.get("host")):
-            await socket.close(code=1008)  # before accept: the handshake is refused with 403
-            return
+        gate = serving.sockets if serving is not None else None  # Host and Origin: checked by the request guard
         offered = socket.scope.get("subprotocols") or ()
         await socket.accept(subprotocol=CODEC_SUBPROTOCOL if CODEC_SUBPROTOCOL in offered else None)
         if gate is None:
@@ -215,6 +218,16 @@ def build_router():
         for path in (prefix, prefix + "/{rest:path}"):
             router.add_api_route(path, text_route, methods=["GET", "POST"], include_in_schema=False)
 
+    async def unguarded_route(request: Request):
+        return error_response(
+            404,
+            f"{request.url.path} is not served here: it would act outside the paths --api-key guards; use POST "
+            "/v1/audio/speech or the WebSocket /v1/audio/speech/stream",
+        )
+
+    for path in UNGUARDED_ROUTES:
+        router.add_api_route(path, unguarded_route, methods=["GET", "POST"], include_in_schema=False)
+
     return router
 
 
@@ -224,13 +237,14 @@ async def api_error(request, error):
     return error_response(getattr(error, "status", 400), str(error))
 
 
-def is_text_route(path: str) -> bool:
-    return any(path == prefix or path.startswith(prefix + "/") for prefix in TEXT_ROUTES)
+def is_replaced_route(path: str) -> bool:
+    """Whether ``path`` is one of vLLM's routes the plugin answers with 404 (text generation, unguarded work)."""
+    return path in UNGUARDED_ROUTES or any(path == prefix or path.startswith(prefix + "/") for prefix in TEXT_ROUTES)
 
 
-def without_text_routes(app) -> None:
-    """Drop vLLM's text-generation routes from ``app`` (the plugin's 404 answers replace them)."""
-    app.router.routes[:] = [route for route in app.router.routes if not is_text_route(getattr(route, "path", ""))]
+def without_replaced_routes(app) -> None:
+    """Drop vLLM's text-generation and unguarded routes from ``app`` (the plugin's 404 answers replace them)."""
+    app.router.routes[:] = [route for route in app.router.routes if not is_replaced_route(getattr(route, "path", ""))]
 
 
 class EdgeEndpointPlugin:
@@ -241,12 +255,13 @@ class EdgeEndpointPlugin:
 
     def attach_router(self, app) -> None:
         quiet_known_noise()
-        without_text_routes(app)
+        without_replaced_routes(app)
         app.include_router(build_router())
         # vLLM's build_app sets app.state.args first; the hand-off checked the page's files already.
         if "browser" in getattr(getattr(app.state, "args", None), "edge_classes", ()):
             app.include_router(build_page_router(BrowserPage.find()))
         app.add_exception_handler(RequestRefused, api_error)
+        app.add_middleware(RequestGuard, **guard_settings(app.state.args))
 
     async def init_state(self, engine_client, state, args) -> None:
         if engine_client is None:

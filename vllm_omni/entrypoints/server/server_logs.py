@@ -12,9 +12,10 @@
 
 Only records whose message starts with these texts are dropped; everything else on those loggers passes.
 
-And one record is changed: uvicorn's access log line of a request whose query names a key (``?api_key=``, which
-no client of ours sends: the browser page takes its key from the URL fragment) keeps the parameter's name and
-loses its value, so an old bookmark does not write a key into the server's logs.
+And records are changed: every uvicorn line (the access log, and the WebSocket lines on ``uvicorn.error``) of a
+request whose query names a key (``?api_key=``, which no client of ours sends: the browser page takes its key from
+the URL fragment) keeps the parameter's name and loses its value, so an old bookmark does not write a key into the
+server's logs.
 """
 
 from __future__ import annotations
@@ -41,14 +42,19 @@ class _DropMessage(logging.Filter):
 
 
 class _RedactKeys(logging.Filter):
-    """uvicorn's access record (``client, method, path, version, status``) with key values in the path's query
-    replaced by ``REDACTED``."""
+    """A record with key values in any URL query of its message or arguments replaced by ``REDACTED``: uvicorn's
+    access line (``client, method, path, ...``) and its WebSocket lines on ``uvicorn.error`` (``client, path``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and "=" in record.msg:
+            record.msg = KEY_IN_QUERY.sub(r"\1REDACTED", record.msg)
         args = record.args
-        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str) and "=" in args[2]:
-            record.args = (*args[:2], KEY_IN_QUERY.sub(r"\1REDACTED", args[2]), *args[3:])
+        if isinstance(args, tuple) and any(isinstance(arg, str) and "=" in arg for arg in args):
+            record.args = tuple(KEY_IN_QUERY.sub(r"\1REDACTED", a) if isinstance(a, str) else a for a in args)
         return True
+
+
+REDACTED_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
 
 
 def quiet_known_noise() -> None:
@@ -57,6 +63,7 @@ def quiet_known_noise() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropMessage) and f.message == message for f in logger.filters):
             logger.addFilter(_DropMessage(message))
-    access = logging.getLogger("uvicorn.access")
-    if not any(isinstance(f, _RedactKeys) for f in access.filters):
-        access.addFilter(_RedactKeys())
+    for name in REDACTED_LOGGERS:  # a filter sees only its own logger's records, not those it propagates
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _RedactKeys) for f in logger.filters):
+            logger.addFilter(_RedactKeys())

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..openai.speech_limits import SpeechLimits, allowed_origins
+from ..openai.speech_limits import SpeechLimits
 from ..voices.voice_service import VoiceService
 from .speech_service import SpeechService
 
@@ -25,27 +25,11 @@ logger = logging.getLogger("vllm.omni.speech")  # under vLLM's logger: its handl
 
 @dataclass
 class SocketGate:
-    """Who may open a speech WebSocket session, and how many may be open at once in this process."""
+    """How many speech WebSocket sessions may be open at once in this process (who may open one is the request
+    guard's to say: :mod:`.request_guard`)."""
 
-    allowed_origins: tuple[str, ...] = ()  # --speech-allowed-origins, besides the server's own
     max_open: int = 1  # limits.max_sockets or the engine's max_num_seqs
     open: int = 0
-
-    def origin_allowed(self, origin: str | None, host: str | None) -> bool:
-        """Whether a WebSocket handshake's ``Origin`` may open a session: none (not a browser), the server's own
-        (the handshake's ``Host``, http or https), or one of :attr:`allowed_origins` (a proxy that rewrites
-        ``Host`` needs its public origin there)."""
-        if origin is None:
-            return True
-        origin = origin.strip().rstrip("/").lower()
-        if origin in self.allowed_origins:
-            return True
-        if not host:
-            return False
-        # The server's own host, under either scheme: behind a TLS proxy the page is https while this hop is not.
-        host = host.lower().removesuffix(":443").removesuffix(":80")
-        page = origin.removeprefix("https://").removeprefix("http://").removesuffix(":443").removesuffix(":80")
-        return origin.startswith(("http://", "https://")) and page == host
 
 
 @dataclass
@@ -90,7 +74,7 @@ async def load_serving_state(engine_client: Any, args: Any) -> ServingState:
     speech = SpeechService(generator, limits, served_model_names(args), plans.server_decoder, voices, warm)
     speech.media_rules = MediaRules.for_engine(engine_client.vllm_config.model_config, limits.max_body_bytes)
     max_open = limits.max_sockets or engine_client.vllm_config.scheduler_config.max_num_seqs
-    state = ServingState(speech, plans, SocketGate(allowed_origins(args), max_open))
+    state = ServingState(speech, plans, SocketGate(max_open))
     if generator.config.tts_model_type == "base":
         from ..voices.voice_store import VoiceStore
 

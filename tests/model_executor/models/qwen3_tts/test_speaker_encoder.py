@@ -313,3 +313,49 @@ def test_audio_shorter_than_the_encoder_needs_is_a_reference_audio_error(base_ch
     ):
         encoder.embed(np.zeros(1279, np.float32))
     assert encoder.embed(np.zeros(1280, np.float32)).shape == (128,)
+
+
+def encoded(fmt: str, codec: str, rate: int, channels: int, seconds: float, sample_format: str = "s16") -> bytes:
+    """``seconds`` of silence coded by FFmpeg's ``codec`` in a ``fmt`` container."""
+    import av
+
+    buffer = io.BytesIO()
+    layout = {1: "mono", 2: "stereo", 3: "3.0", 8: "7.1"}[channels]
+    with av.open(buffer, "w", format=fmt) as container:
+        stream = container.add_stream(codec, rate=rate, layout=layout)
+        samples = int(rate * seconds)
+        frame = av.AudioFrame.from_ndarray(
+            np.zeros((1, samples * channels), np.int16), format=sample_format, layout=layout
+        )
+        frame.sample_rate = rate
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            container.mux(packet)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("wav", "adpcm_ms", 24000, 1, 0.5),
+            "coded as 'adpcm_ms'; reference audio takes PCM, FLAC, MP3, Vorbis or Opus",
+        ),
+        (("flac", "flac", 384000, 8, 0.05), "have 8 channels; reference audio takes mono or stereo"),
+        (("wav", "pcm_s16le", 24000, 3, 0.1), "have 3 channels"),
+        (("flac", "flac", 96000, 1, 0.1), "sampled at 96000 Hz; reference audio takes at most 48000 Hz"),
+    ],
+    ids=["adpcm-wav", "flac-8ch-384k", "wav-3ch", "flac-96k"],
+)
+def test_reference_audio_of_other_codecs_channels_or_rates_is_refused_before_decoding(args, message):
+    with pytest.raises(ReferenceAudioError, match=message):
+        load_reference_audio(encoded(*args))
+
+
+def test_mono_and_stereo_pcm_and_flac_up_to_48k_are_taken():
+    for args in (
+        ("wav", "pcm_s16le", 48000, 2, 0.2),
+        ("flac", "flac", 44100, 1, 0.2),
+        ("wav", "pcm_s16le", 8000, 1, 0.2),
+    ):
+        samples = load_reference_audio(encoded(*args))
+        assert samples.dtype == np.float32 and abs(samples.size - 0.2 * 24000) <= 2, (args, samples.size)
