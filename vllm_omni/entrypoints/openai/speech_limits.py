@@ -27,7 +27,9 @@ class SpeechLimits:
     decode_workers: int = 0  # server-side decode/encode threads; 0: one per CPU, at most 4
     max_voices: int = 256  # uploaded voices kept (Base checkpoints)
     max_voice_bytes: int = 64 << 20  # their files together
-    max_sockets: int = 0  # open speech WebSocket sessions per API server process; 0: the engine's max_num_seqs
+    max_sockets: int = (
+        0  # open speech WebSocket sessions of the server (split between API processes); 0: half of max_num_seqs
+    )
     max_batch_items: int = 32  # items of one POST /v1/audio/speech/batch (upstream's default)
     stream_hold_s: float = 2.0  # a paused stream-mode utterance keeps its KV this long (as streamed_text.HOLD_S)
 
@@ -59,7 +61,12 @@ _FLAGS = {
     "decode-workers": ("decode_workers", int, "threads decoding server-side PCM and encoding audio (0: auto)"),
     "max-voices": ("max_voices", int, "uploaded voices kept on disk (Base checkpoints)"),
     "max-voice-bytes": ("max_voice_bytes", int, "bytes of all uploaded voices' files together"),
-    "max-sockets": ("max_sockets", int, "open speech WebSocket sessions per API server process (0: max_num_seqs)"),
+    "max-sockets": (
+        "max_sockets",
+        int,
+        "open speech WebSocket sessions of the server, split evenly between its API processes (0: half the engine's "
+        "max_num_seqs, leaving the rest for HTTP requests)",
+    ),
     "max-batch-items": ("max_batch_items", int, "items of one POST /v1/audio/speech/batch"),
     "stream-hold-s": (
         "stream_hold_s",

@@ -28,7 +28,7 @@ class SocketGate:
     """How many speech WebSocket sessions may be open at once in this process (who may open one is the request
     guard's to say: :mod:`.request_guard`)."""
 
-    max_open: int = 1  # limits.max_sockets or the engine's max_num_seqs
+    max_open: int = 1  # this process's share (socket_share)
     open: int = 0
 
 
@@ -54,6 +54,13 @@ def served_model_names(args: Any) -> tuple[str, ...]:
     return tuple(names or [getattr(args, "model_tag", None) or args.model])
 
 
+def socket_share(limits: SpeechLimits, max_num_seqs: int, processes: int) -> int:
+    """The speech WebSocket sessions one of ``processes`` API processes may hold open: its share of
+    ``--speech-max-sockets``, or of half the engine's ``max_num_seqs`` (the other half stays for HTTP requests)."""
+    total = limits.max_sockets or max(1, max_num_seqs // 2)
+    return max(1, total // max(1, processes))
+
+
 async def load_serving_state(engine_client: Any, args: Any) -> ServingState:
     """The state of one API server process: its plans (read, not built), the generator, a warm decoder."""
     from vllm_omni.edge.runtime import open_decoder
@@ -69,11 +76,12 @@ async def load_serving_state(engine_client: Any, args: Any) -> ServingState:
     warm = await asyncio.to_thread(open_decoder, plans.server_decoder, check_sha256=False, prepack=True)
     limits = SpeechLimits.from_args(args)
     generator.stream_holds.hold_s = limits.stream_hold_s
-    generator.stream_holds.share(getattr(args, "api_server_count", None) or 1)  # each API process holds its part
+    processes = getattr(args, "api_server_count", None) or 1
+    generator.stream_holds.share(processes)  # each API process holds its part
     voices = VoiceService()
     speech = SpeechService(generator, limits, served_model_names(args), plans.server_decoder, voices, warm)
     speech.media_rules = MediaRules.for_engine(engine_client.vllm_config.model_config, limits.max_body_bytes)
-    max_open = limits.max_sockets or engine_client.vllm_config.scheduler_config.max_num_seqs
+    max_open = socket_share(limits, engine_client.vllm_config.scheduler_config.max_num_seqs, processes)
     state = ServingState(speech, plans, SocketGate(max_open))
     if generator.config.tts_model_type == "base":
         from ..voices.voice_store import VoiceStore

@@ -439,7 +439,10 @@ class SpeechSession(SocketSession):
             return self._whole(utterance, request_id)
         request = dataclasses.replace(utterance.settings.template, text=None)
         utterance.report = StreamReport()
-        return generator.stream_text(request, _pieces(utterance.pieces), request_id, report=utterance.report)
+        idle = self.speech.limits.socket_idle_s  # the talker ends an utterance whose text stops as the socket would
+        return generator.stream_text(
+            request, _pieces(utterance.pieces), request_id, text_timeout_s=idle, report=utterance.report
+        )
 
     async def _whole(self, utterance: Utterance, request_id: str) -> AsyncIterator[np.ndarray]:
         prepared = await self.speech.prepare(

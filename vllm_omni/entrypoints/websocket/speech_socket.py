@@ -73,6 +73,7 @@ class SpeechSocket(SocketSession):
         self.pieces: asyncio.Queue[str | None] = asyncio.Queue()  # stream mode: the client's text, then None
         self.streamed_chars = 0
         self.last_sent = 0.0  # when the last frames message left
+        self.last_text = time.monotonic()  # when the last text piece came (stream mode's only sign of life)
         self.segmenter: TextSegmenter | None = None  # sentence mode: the text cut into sentences
 
     async def last_words(self, code: int, message: str) -> None:
@@ -157,13 +158,14 @@ class SpeechSocket(SocketSession):
         return self.text_mode == "stream" or (not self.speaking and self.segments.empty())
 
     def last_activity(self, last_message: float) -> float:
-        """When the session last showed life: a client message, or (stream mode, before ``end``) frames sent. A
-        streamed utterance whose talker waits for text that does not come is idle; after ``end`` it only speaks."""
+        """When the session last showed life: a client message; in stream mode (before ``end``) a text piece or frames
+        sent, never a ``flush`` (which changes nothing there). A streamed utterance whose talker waits for text
+        that does not come is idle; after ``end`` it only speaks."""
         if self.text_mode != "stream":
             return last_message
         if self.ended:
             return time.monotonic()
-        return max(last_message, self.last_sent)
+        return max(self.last_text, self.last_sent)
 
     async def handle(self, message: dict) -> bool:
         """One client message; True when the session is over."""
@@ -191,6 +193,7 @@ class SpeechSocket(SocketSession):
             except SpeechApiError as error:
                 await self.close(CLOSE_TOO_MUCH_QUEUED if len(text) > limit else CLOSE_BAD_MESSAGE, str(error))
             if self.text_mode == "stream":
+                self.last_text = time.monotonic()
                 await self.queue_piece(text)
             else:
                 await self.queue(segmenter.add(text))
@@ -270,7 +273,8 @@ class SpeechSocket(SocketSession):
         self.speaking = True
         request_id = f"speech-{uuid.uuid4().hex}"
         request = dataclasses.replace(template, text=None)
-        frames = self.speech.generator.stream_text(request, self.text_pieces(), request_id)
+        idle = self.speech.limits.socket_idle_s  # the talker ends an utterance whose text stops as the socket would
+        frames = self.speech.generator.stream_text(request, self.text_pieces(), request_id, text_timeout_s=idle)
         async with contextlib.aclosing(frame_batches(frames, body.frames_per_message)) as batches:
             async for piece in batches:
                 await self.send_bytes(encoder.frames(piece))
