@@ -18,8 +18,11 @@ class RequestRefused(EdgeError):
     The serving routes answer every one with OpenAI's error body, the WebSocket with its message."""
 
     status = 400
+    retry_after_s: float | None = None  # a refusal for now (503): when to try again (the ``Retry-After`` header)
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         if status is not None:
             self.status = status
+        if retry_after_s is not None:
+            self.retry_after_s = retry_after_s

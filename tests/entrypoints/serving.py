@@ -67,15 +67,21 @@ class Server:
 
 @contextlib.contextmanager
 def running_server(
-    checkpoint: Path, work: Path, hardware: str, extra_args: list[str], env: dict[str, str] | None = None
+    checkpoint: Path,
+    work: Path,
+    hardware: str,
+    extra_args: list[str],
+    env: dict[str, str] | None = None,
+    key: str | None = KEY,
 ) -> Iterator[Server]:
     """``vllm serve checkpoint --omni --edge-hardware hardware`` (plans under ``work/artifacts``, log in
-    ``work/server.log``, ``env`` added to the environment) behind :data:`KEY`, once ``/health`` answers;
-    terminated on exit."""
+    ``work/server.log``, ``env`` added to the environment) behind ``key`` (None: a server without one), once
+    ``/health`` answers; terminated on exit."""
     port, log = free_port(), work / "server.log"
     command = [str(Path(sys.executable).parent / "vllm"), "serve", str(checkpoint), "--omni"]
     command += ["--edge-hardware", hardware, "--edge-artifacts", str(work / "artifacts")]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--api-key", KEY, *ENGINE_ARGS, *extra_args]
+    command += ["--host", "127.0.0.1", "--port", str(port), *(["--api-key", key] if key else []), *ENGINE_ARGS]
+    command += extra_args
     with open(log, "wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"

@@ -58,6 +58,9 @@ from .stream_report import FLUSH, StreamReport, TalkerFailure
 
 MAX_PIECE_CHARS = 1 << 16  # one piece at most (a server applies its own, smaller, limits first)
 HOLD_S = 2.0  # how long a paused session keeps its KV cache before it is released (within the bounds)
+# The uncommitted end of a streamed text (one word so far) is tokenized again with every piece: past this many
+# characters it is committed as it stands (a flush), so a run without spaces is never quadratic.
+MAX_PENDING_CHARS = 1024
 CHUNK_DEADLINE_S = 30.0  # a held session's next chunk not scheduled by then is released and resubmitted
 
 
@@ -109,7 +112,11 @@ class StreamedText:
         self.arrived = time.monotonic()  # the last piece (the text timeout counts from it)
         self.max_chars = generator.max_model_len * 16  # far more text than the engine has positions for
 
-    def add(self, piece: Any) -> None:
+    async def add(self, piece: Any) -> None:
+        """Take one piece: tokenized on a worker thread (never on the event loop), its committed ids recorded. A
+        pending word past :data:`MAX_PENDING_CHARS` (no space or punctuation in that much text) is committed as it
+        stands, as a client's flush would: each piece then costs at most that much tokenizing, not the whole run
+        again."""
         if not isinstance(piece, str):
             raise SpeechRequestError(f"a text piece must be a str, got {type(piece).__name__}")
         if len(piece) > MAX_PIECE_CHARS or len(self.tokens.text) + len(piece) > self.max_chars:
@@ -118,16 +125,23 @@ class StreamedText:
                 "more than this engine can speak in one request"
             )
         self.arrived = time.monotonic()
-        if self._commit(self.tokens.add(piece)):
+        committed = await asyncio.to_thread(self._take, piece)
+        if self._commit(committed):
             self.changed.set()
 
-    def flush(self) -> None:
+    def _take(self, piece: str) -> list[int]:
+        ids = self.tokens.add(piece)
+        if len(self.tokens.pending) > MAX_PENDING_CHARS:
+            ids += self.tokens.flush()
+        return ids
+
+    async def flush(self) -> None:
         """The client's flush: the pending word committed as it stands (``IncrementalTokenizer.flush``)."""
-        if self._commit(self.tokens.flush()):
+        if self._commit(await asyncio.to_thread(self.tokens.flush)):
             self.changed.set()
 
-    def finish(self) -> None:
-        self._commit(self.tokens.finish())
+    async def finish(self) -> None:
+        self._commit(await asyncio.to_thread(self.tokens.finish))
         self.complete = True
         self.changed.set()
 
@@ -377,11 +391,11 @@ async def stream_text(
         try:
             async for piece in pieces:
                 if piece is FLUSH:
-                    text.flush()
+                    await text.flush()
                     continue
-                text.add(piece)
+                await text.add(piece)
                 report.text_chars = len(text.tokens.text)
-            text.finish()
+            await text.finish()
         except asyncio.CancelledError:
             raise
         except Exception as error:  # the session's error: raised to the consumer through the engine

@@ -31,6 +31,8 @@ class SpeechLimits:
         0  # open speech WebSocket sessions of the server (split between API processes); 0: half of max_num_seqs
     )
     max_batch_items: int = 32  # items of one POST /v1/audio/speech/batch (upstream's default)
+    max_responses: int = 64  # HTTP speech responses in flight per API server process (then 503)
+    max_queued_jobs: int = 16  # prompt builds, and voice encodings, waiting or running (each pool; then 503)
     stream_hold_s: float = 2.0  # a paused stream-mode utterance keeps its KV this long (as streamed_text.HOLD_S)
 
     def __post_init__(self) -> None:
@@ -68,6 +70,17 @@ _FLAGS = {
         "max_num_seqs, leaving the rest for HTTP requests)",
     ),
     "max-batch-items": ("max_batch_items", int, "items of one POST /v1/audio/speech/batch"),
+    "max-responses": (
+        "max_responses",
+        int,
+        "HTTP speech responses in flight per API server process (more are refused with 503 and Retry-After)",
+    ),
+    "max-queued-jobs": (
+        "max_queued_jobs",
+        int,
+        "prompt builds, and reference-audio encodings, waiting or running at once (each; more are refused with "
+        "503 and Retry-After)",
+    ),
     "stream-hold-s": (
         "stream_hold_s",
         float,

@@ -51,7 +51,13 @@ from ..openai.speech_api import (
     speech_body_model,
     to_speech_request,
 )
-from ..openai.speech_http import collect_unless_disconnected, error_response, not_modified, read_body
+from ..openai.speech_http import (
+    collect_unless_disconnected,
+    error_response,
+    not_modified,
+    read_body,
+    until_disconnected,
+)
 from ..server.request_guard import RequestGuard, guard_settings
 from ..server.server_logs import quiet_known_noise
 from ..server.serving_state import ServingState, load_serving_state
@@ -69,7 +75,7 @@ from ..websocket.socket_auth import CODEC_SUBPROTOCOL
 from ..websocket.socket_session import CLOSE_NOT_READY, CLOSE_TRY_AGAIN_LATER
 from ..websocket.speech_session import open_session
 from .speech_batch import speech_batch_route
-from .voice_uploads import save_voice
+from .voice_uploads import read_voice_upload, save_voice
 
 STATE_ATTRIBUTE = "omni_serving"  # app.state's attribute: this process's ServingState
 # vLLM's text routes (prefixes): a talker makes codec frames, so each answers 404 saying what to use.
@@ -144,7 +150,11 @@ def build_router():
 
     @router.post("/v1/audio/voices")
     async def upload_voice(request: Request):
-        stored = await save_voice(request, state(request).speech)
+        speech = state(request).speech
+        upload = await read_voice_upload(request, speech)
+        done, stored = await until_disconnected(request, save_voice(upload, speech))  # a queued encoding is dropped
+        if not done:  # the client left: nothing stored, nobody to answer
+            return Response(status_code=499)
         return JSONResponse({"success": True, "voice": stored.describe()})
 
     @router.delete("/v1/audio/voices/{name}")
@@ -161,7 +171,10 @@ def build_router():
         data = parse_json(await read_body(request, speech.limits.max_body_bytes))
         body = speech_body(speech_model, data, speech.limits, speech.served_models, speech.config)
         plan = serving.plans.plan(body.edge_hardware) if body.response_format == "codec" else None
-        prepared = await speech.prepare(to_speech_request(body, speech.voices.store), request_id)  # off the loop
+        request_voice = to_speech_request(body, speech.voices.store)
+        done, prepared = await until_disconnected(request, speech.prepare(request_voice, request_id))  # off the loop
+        if not done:  # the client left while its voice or prompt waited: that work is dropped
+            return Response(status_code=499)
         fmt = body.response_format
         if plan is not None:
             stream = codec_stream(speech, plan, prepared, request_id, body.frames_per_message, body.first_frames)
@@ -234,7 +247,10 @@ def build_router():
 async def api_error(request, error):
     """A refusal raised by a route (a :class:`~vllm_omni.errors.RequestRefused`: the speech API's, the voice
     store's, the talker's): OpenAI's error body."""
-    return error_response(getattr(error, "status", 400), str(error))
+    response = error_response(getattr(error, "status", 400), str(error))
+    if getattr(error, "retry_after_s", None) is not None:
+        response.headers["Retry-After"] = str(max(1, round(error.retry_after_s)))
+    return response
 
 
 def is_replaced_route(path: str) -> bool:

@@ -6,17 +6,30 @@ store's (:mod:`..voices.voice_store`), which knows no HTTP. The route is mounted
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 from ..openai.speech_api import ReferenceUrl, SpeechApiError, check_text, decode_audio_field, parse_json
-from ..openai.speech_http import read_body
+from ..openai.speech_http import BODY_SECONDS, read_body
 from ..server.speech_service import SpeechService
 from ..voices.voice_store import StoredVoice, check_name
 
 
-async def save_voice(request: Any, speech: SpeechService) -> StoredVoice:
-    """``POST /v1/audio/voices``: the upload (multipart as upstream vLLM-Omni's clients send it, or JSON) checked,
-    encoded on the voice pool, stored (replacing a voice of that name).
+@dataclass(frozen=True)
+class VoiceUpload:
+    """A checked upload, not encoded yet: the voice's ``name``, the request that makes it, its ``consent`` and the
+    details the store lists."""
+
+    name: str
+    voice_request: Any  # a SpeechRequest with the reference (or embedding) to encode
+    consent: str
+    details: dict[str, Any]
+
+
+async def read_voice_upload(request: Any, speech: SpeechService) -> VoiceUpload:
+    """``POST /v1/audio/voices``'s body (multipart as upstream vLLM-Omni's clients send it, or JSON), read within
+    :data:`~..openai.speech_http.BODY_SECONDS` and checked; :func:`save_voice` then encodes and stores it.
 
     Fields: ``name``; ``audio_sample`` (upstream's name; ours: ``audio``; multipart: a file, JSON: base64 or a
     data URL) or ``speaker_embedding`` (a JSON list of the talker's hidden size: an x-vector voice); ``ref_text``
@@ -34,7 +47,10 @@ async def save_voice(request: Any, speech: SpeechService) -> StoredVoice:
         if declared is None or not declared.isdigit() or int(declared) > limit:
             raise SpeechApiError(413, f"a multipart voice upload needs a Content-Length of at most {limit} bytes")
         try:
-            form = await request.form(max_files=1, max_fields=8)
+            async with asyncio.timeout(BODY_SECONDS):  # a body trickled in byte by byte holds nothing for long
+                form = await request.form(max_files=1, max_fields=8)
+        except TimeoutError:
+            raise SpeechApiError(408, f"the body did not arrive within {BODY_SECONDS:g} s") from None
         except Exception as error:  # starlette's multipart errors (malformed, too many parts)
             raise SpeechApiError(400, f"the multipart body does not parse: {getattr(error, 'detail', error)}") from None
         try:
@@ -89,10 +105,18 @@ async def save_voice(request: Any, speech: SpeechService) -> StoredVoice:
     else:
         cloned = {"ref_audio": audio, "ref_text": ref_text, "x_vector_only_mode": x_vector_only}
         request_voice = SpeechRequest(text="Hello.", **cloned)
-    voice = await speech.encode_voice(request_voice)
+    return VoiceUpload(name, request_voice, consent.strip(), details)
+
+
+async def save_voice(upload: VoiceUpload, speech: SpeechService) -> StoredVoice:
+    """``upload`` encoded on the voice pool (bounded: a 503 when full) and stored, replacing a voice of its name."""
+    from ..generation.speech import SpeechRequest
+
+    voice = await speech.encode_voice(upload.voice_request)
     # A voice must leave room for text: its prompt is built once here, as a request would build it.
-    await speech.prepare(SpeechRequest(text="Hello.", voice=voice), f"voice-check-{name}")
-    return await speech.voices.files(store.save, name, voice, consent.strip(), details)
+    await speech.prepare(SpeechRequest(text="Hello.", voice=voice), f"voice-check-{upload.name}")
+    store = speech.voices.uploads()
+    return await speech.voices.files(store.save, upload.name, voice, upload.consent, upload.details)
 
 
 def sniff_mime_type(audio: bytes) -> str:

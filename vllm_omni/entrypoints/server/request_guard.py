@@ -7,6 +7,9 @@
 * On the speech routes that read JSON, ``Content-Type: application/json`` (the voice upload also takes
   ``multipart/form-data``): a ``text/plain`` body is what a cross-site page can send without a preflight,
   so it is refused with 415.
+* The HTTP speech responses of this process in flight bounded (``--speech-max-responses``: 503 with
+  ``Retry-After`` past it), and each send of their bodies within :data:`SEND_DEADLINE_S`: a client that stops
+  reading loses its response (its engine request is aborted) instead of holding a decoder and its audio.
 * WebSocket messages bounded where their bytes arrive: at start-up (the lifespan event, before the server
   listens) uvicorn's per-connection settings of this process get ``ws_max_size`` = ``--speech-max-body-bytes``
   and per-message deflate off, so no message is inflated or held past the limit the session would refuse
@@ -15,6 +18,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -33,6 +37,24 @@ BODY_TYPES = {
     "/v1/audio/voices": (JSON, MULTIPART),
 }
 WS_OVERHEAD_BYTES = 1024  # a frame's header and a JSON message's envelope, over the body limit
+# The HTTP speech routes: responses in flight per process are bounded, and each send has a deadline.
+SPEECH_ROUTES = ("/v1/audio/speech", "/v1/audio/speech/batch")
+SEND_DEADLINE_S = 30.0  # a client that reads nothing for this long while its response waits is let go
+RETRY_AFTER_S = 1
+
+
+class ClientNotReading(Exception):
+    """A response could not be sent for :data:`SEND_DEADLINE_S`: its client stopped reading."""
+
+
+def not_reading(error: BaseException) -> ClientNotReading | None:
+    """The :class:`ClientNotReading` that ``error`` is or wraps (in exception groups), or None."""
+    if isinstance(error, ClientNotReading):
+        return error
+    for inner in getattr(error, "exceptions", ()):
+        if (found := not_reading(inner)) is not None:
+            return found
+    return None
 
 
 def guard_settings(args: Any) -> dict[str, Any]:
@@ -44,7 +66,9 @@ def guard_settings(args: Any) -> dict[str, Any]:
         getattr(args, "speech_allowed_hosts", None),
         getattr(args, "host", None),
     )
-    return {"policy": policy, "ws_max_size": SpeechLimits.from_args(args).max_body_bytes + WS_OVERHEAD_BYTES}
+    limits = SpeechLimits.from_args(args)
+    ws_max_size = limits.max_body_bytes + WS_OVERHEAD_BYTES
+    return {"policy": policy, "ws_max_size": ws_max_size, "max_responses": limits.max_responses}
 
 
 def header(scope: dict[str, Any], name: bytes) -> str | None:
@@ -61,8 +85,9 @@ def media_type(value: str | None) -> str:
 class RequestGuard:
     """Pure ASGI middleware: the checks of the module docstring, then the app."""
 
-    def __init__(self, app: Any, policy: SitePolicy, ws_max_size: int) -> None:
-        self.app, self.policy, self.ws_max_size = app, policy, ws_max_size
+    def __init__(self, app: Any, policy: SitePolicy, ws_max_size: int, max_responses: int) -> None:
+        self.app, self.policy, self.ws_max_size, self.max_responses = app, policy, ws_max_size, max_responses
+        self.responses = 0  # speech responses in flight in this process
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -75,9 +100,33 @@ class RequestGuard:
                 if kind == "websocket":
                     await send({"type": "websocket.close", "code": 1008, "reason": ""})  # before accept: a 403
                 else:
-                    await refuse(send, status, message)
+                    await refuse(send, status, message, retry_after=status == 503)
+                return
+            if kind == "http" and scope["path"].removeprefix(scope.get("root_path", "")) in SPEECH_ROUTES:
+                await self.speech_response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    async def speech_response(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """A speech route's response, counted while in flight, each of its sends within :data:`SEND_DEADLINE_S`
+        (a stalled send ends the response: its body's generator is closed, its engine request aborted)."""
+
+        async def send_in_time(message: dict[str, Any]) -> None:
+            try:
+                async with asyncio.timeout(SEND_DEADLINE_S):
+                    await send(message)
+            except TimeoutError:
+                raise ClientNotReading(f"the client read nothing for {SEND_DEADLINE_S:g} s") from None
+
+        self.responses += 1
+        try:
+            await self.app(scope, receive, send_in_time)
+        except Exception as error:  # a streamed body raises it through its task group, wrapped
+            if not_reading(error) is None:
+                raise
+            logger.info("speech response abandoned: %s", not_reading(error))
+        finally:
+            self.responses -= 1
 
     def refusal(self, scope: dict[str, Any]) -> tuple[int, str] | None:
         """``(status, message)`` for a request this server does not take, or None."""
@@ -97,10 +146,16 @@ class RequestGuard:
                     "an operator allows an origin with --speech-allowed-origins"
                 )
         if scope["type"] == "http" and method in STATE_CHANGING:
-            accepted = BODY_TYPES.get(scope["path"].removeprefix(scope.get("root_path", "")))
+            path = scope["path"].removeprefix(scope.get("root_path", ""))
+            accepted = BODY_TYPES.get(path)
             given = media_type(header(scope, b"content-type"))
             if accepted is not None and given not in accepted:
                 return 415, f"Content-Type {given or 'none'!r} is not read here: send {' or '.join(accepted)}"
+            if path in SPEECH_ROUTES and self.responses >= self.max_responses:
+                return 503, (
+                    f"{self.responses} speech responses are in flight, the most this server process takes "
+                    "(--speech-max-responses): try again in a moment"
+                )
         return None
 
     def bound_websocket_messages(self, scope: dict[str, Any]) -> None:
@@ -113,15 +168,12 @@ class RequestGuard:
         config.ws_per_message_deflate = False
 
 
-async def refuse(send: Any, status: int, message: str) -> None:
-    """OpenAI's error body with ``status``."""
+async def refuse(send: Any, status: int, message: str, retry_after: bool = False) -> None:
+    """OpenAI's error body with ``status`` (and ``Retry-After`` for a refusal for now)."""
     kind = "invalid_request_error" if status < 500 else "server_error"
     body = json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if retry_after:
+        headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

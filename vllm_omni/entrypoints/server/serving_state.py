@@ -97,7 +97,7 @@ async def load_serving_state(engine_client: Any, args: Any) -> ServingState:
             talker.codebook_size,
         )
         try:  # the encoders loaded now, so the first clone waits for no load
-            await asyncio.get_running_loop().run_in_executor(speech.voice_pool, generator.voice_encoders().warm_up)
+            await speech.voice_work.run(generator.voice_encoders().warm_up)
         except Exception as error:  # a Base checkpoint without usable encoders: cloning fails per request
             logger.warning("voice cloning is unavailable: %s: %s", type(error).__name__, error)
     await warm_up(speech)

@@ -1,7 +1,8 @@
 """The speech feature of one API server process: the talker's frame generator on the engine, the limits a client
 cannot exceed, the decoder of the server's own CPU plan, and the bounded thread pools that keep CPU work off the
 event loop: one builds prompts (tokenizes; one thread, the tokenizer is not shared across threads), one decodes and
-encodes server-side audio, one encodes the reference audio of cloned voices (Base)."""
+encodes server-side audio, one encodes the reference audio of cloned voices (Base). Prompts and voices queue
+boundedly (:class:`.work_queue.WorkQueue`: a 503 past ``--speech-max-queued-jobs``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..openai.speech_api import PLACEHOLDER_VOICE, ReferenceUrl
 from ..openai.speech_limits import SpeechLimits
 from ..voices.voice_service import VoiceService
+from .work_queue import WorkQueue
 
 if TYPE_CHECKING:  # the generator's module needs transformers and vLLM: imported where the service is made
     from vllm_omni.edge.plan.model import ExecPlan
@@ -38,16 +40,17 @@ class SpeechService:
     voices: VoiceService = field(default_factory=VoiceService)
     warm_decoder: Any = None
     media_rules: MediaRules | None = None  # where ref_audio URLs may be fetched from (the engine's media settings)
-    prompt_pool: ThreadPoolExecutor | None = None
+    prompt_work: WorkQueue | None = None
     decode_pool: ThreadPoolExecutor | None = None
-    voice_pool: ThreadPoolExecutor | None = None
+    voice_work: WorkQueue | None = None
 
     def __post_init__(self) -> None:
-        self.prompt_pool = self.prompt_pool or ThreadPoolExecutor(1, thread_name_prefix="speech-prompts")
+        queued = self.limits.max_queued_jobs
+        self.prompt_work = self.prompt_work or WorkQueue("prompt building", 1, queued)
         self.decode_pool = self.decode_pool or ThreadPoolExecutor(
             self.limits.decode_threads, thread_name_prefix="speech-decode"
         )
-        self.voice_pool = self.voice_pool or ThreadPoolExecutor(1, thread_name_prefix="speech-voices")
+        self.voice_work = self.voice_work or WorkQueue("voice encoding", 1, queued)
 
     @property
     def config(self) -> Any:
@@ -60,9 +63,9 @@ class SpeechService:
 
     async def encode_voice(self, request: Any) -> Any:
         """The voice ``request`` clones, its reference audio encoded on the voice pool (one thread: encoding
-        seconds of audio never takes the decode pool's threads from live streams)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.voice_pool, self.generator.voice_prompt, request)
+        seconds of audio never takes the decode pool's threads from live streams; bounded, and dropped when its
+        caller is cancelled before it starts: :class:`.work_queue.WorkQueue`)."""
+        return await self.voice_work.run(self.generator.voice_prompt, request)
 
     async def resolve_voice(self, request: Any) -> Any:
         """``request`` with its cloned voice made (an uploaded one read, a reference URL fetched, off the loop), or
@@ -99,8 +102,7 @@ class SpeechService:
         Raises a :class:`~vllm_omni.errors.RequestRefused` for a request the checkpoint cannot serve.
         """
         request = await self.resolve_voice(request)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.prompt_pool, self.generator.build_request, request, request_id)
+        return await self.prompt_work.run(self.generator.build_request, request, request_id)
 
     async def decode(self, work: Callable[..., T], *args: Any) -> T:
         """``work(*args)`` on the decode pool: at most ``limits.decode_threads`` run at once."""
