@@ -665,6 +665,26 @@ def test_a_websocket_from_a_foreign_page_is_refused_at_the_handshake(server):
         assert own.close_code == 4400
 
 
+def test_a_key_in_a_query_is_in_no_log_line(server):
+    """An old bookmark's ``?api_key=``: refused (the key goes in a header or the subprotocol), and no logger of
+    uvicorn's (the access log, the WebSocket lines on ``uvicorn.error``) writes its value."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    secret = f"{KEY}-in-a-query"
+    start = server.log.stat().st_size
+    with pytest.raises(InvalidStatus):
+        connect(f"{websocket_url(server)}?api_key={secret}", open_timeout=60)
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(f"{server.url}/v1/edge/hardware?x=1&api_key={secret}", timeout=60)
+    time.sleep(1)  # the log lines are written
+    with open(server.log, "rb") as log:
+        log.seek(start)
+        lines = log.read().decode(errors="replace")
+    assert "api_key=REDACTED" in lines and "WebSocket /v1/audio/speech/stream?api_key=REDACTED" in lines, lines
+    assert secret not in lines
+
+
 def test_open_sessions_are_bounded_and_the_next_is_told_to_try_later(server):
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect

@@ -21,6 +21,7 @@ import shutil
 import socket
 import stat
 import threading
+import time
 import urllib.error
 import urllib.request
 import wave
@@ -205,6 +206,46 @@ def test_voice_uploads_and_cloning_requests_refused_with_reasons(server, clip):
             "/v1/audio/speech", {**body, "response_format": "codec", "edge_hardware": "cpu_x86_64"}
         )
         assert status == 400 and expected in message, message
+
+
+def test_reference_audio_of_other_codecs_channels_or_rates_is_refused(server):
+    from tests.audio_files import encoded
+
+    fields = {"name": "carol", "x_vector_only_mode": "true", "consent": "synthetic"}
+    for args, expected in (
+        (("wav", "adpcm_ms", 24000, 1, 0.2), "coded as 'adpcm_ms'; reference audio takes PCM, FLAC, MP3"),
+        (("flac", "flac", 384000, 8, 0.05), "have 8 channels; reference audio takes mono or stereo"),
+        (("flac", "flac", 96000, 1, 0.1), "sampled at 96000 Hz; reference audio takes at most 48000 Hz"),
+    ):
+        status, answer = upload(server, fields, encoded(*args))
+        assert status == 400 and expected in answer["error"]["message"], (args, answer)
+    assert not (server.artifacts / "voices" / "carol.safetensors").exists()
+
+
+def encodings_logged(server) -> int:
+    return server.log.read_text(errors="replace").count("voice encoded in")
+
+
+def test_clones_whose_clients_left_are_dropped_from_the_queue(server, clip):
+    """50 uploads sent whole, their clients gone at once: the encodings that had not started never run (each
+    API process runs at most the one it had started, and those that started before their client left)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    body, kind = multipart({"name": "queued", "x_vector_only_mode": "true", "consent": "synthetic"}, clip)
+    head = f"POST /v1/audio/voices HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {KEY}\r\n"
+    head += f"Content-Type: {kind}\r\nContent-Length: {len(body)}\r\n\r\n"
+    before = encodings_logged(server)
+    clients = [socket.create_connection((host, int(port)), timeout=60) for _ in range(50)]
+    for client in clients:
+        client.sendall(head.encode() + body)
+    for client in clients:
+        client.close()
+    time.sleep(5)  # every job either ran or was dropped by now (one encoding of the clip takes well under that)
+    ran = encodings_logged(server) - before
+    assert ran < 25, f"{ran} of 50 abandoned clones were encoded"
+    with server.request("/health") as response:
+        assert response.status == 200
+    with contextlib.suppress(urllib.error.HTTPError), _delete(server, "queued"):
+        pass
 
 
 def test_hostile_uploads_leave_the_server_and_the_store_healthy(server, clip):

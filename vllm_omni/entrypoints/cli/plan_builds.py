@@ -33,7 +33,7 @@ def ensure_plan(name: str, model: str, directory: Path, checkpoint: str, progres
         plan = ExecPlan.load(directory)
         if plan.model.get("checkpoint_sha256") != checkpoint:
             progress(f"{name}: the plan in {directory} was built from another checkpoint; rebuilding")
-        elif plan.model.get("id") != model_label(model):  # an older build named the model by its path
+        elif str(plan.model.get("id")) != model_label(str(plan.model.get("id"))):  # an older build's path
             progress(f"{name}: the plan in {directory} names the model by its path; rebuilding (artifacts kept)")
         else:
             progress(f"{name}: plan {plan.plan_id[:12]} in {directory} is valid and matches the served model")

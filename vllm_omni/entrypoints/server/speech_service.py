@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ if TYPE_CHECKING:  # the generator's module needs transformers and vLLM: importe
     from ..generation.speech import AsyncCodecFrameGenerator
 
 T = TypeVar("T")
+logger = logging.getLogger("vllm.omni.speech")  # under vLLM's logger: its handlers and level apply
 
 
 @dataclass
@@ -65,7 +68,14 @@ class SpeechService:
         """The voice ``request`` clones, its reference audio encoded on the voice pool (one thread: encoding
         seconds of audio never takes the decode pool's threads from live streams; bounded, and dropped when its
         caller is cancelled before it starts: :class:`.work_queue.WorkQueue`)."""
-        return await self.voice_work.run(self.generator.voice_prompt, request)
+
+        def encode() -> Any:
+            started = time.monotonic()
+            voice = self.generator.voice_prompt(request)
+            logger.info("voice encoded in %.2f s", time.monotonic() - started)  # a job that ran (not one dropped)
+            return voice
+
+        return await self.voice_work.run(encode)
 
     async def resolve_voice(self, request: Any) -> Any:
         """``request`` with its cloned voice made (an uploaded one read, a reference URL fetched, off the loop), or

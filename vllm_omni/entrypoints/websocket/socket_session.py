@@ -21,6 +21,9 @@ from ..server.serving_state import ServingState
 
 # WebSocket close codes (4000-4999 are the application's): what went wrong with the client's messages.
 CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
+# The talker's own text timeout of a stream-mode utterance: the idle limit and this, so the socket's idle close
+# (4408, with its hint) comes first and the talker's ends an utterance whose socket did not.
+TEXT_TIMEOUT_GRACE_S = 2.0
 CLOSE_BAD_MESSAGE = 4400
 CLOSE_NOT_SERVED = 4404
 CLOSE_TIMEOUT = 4408

@@ -56,6 +56,7 @@ from .socket_session import (
     CLOSE_BAD_MESSAGE,
     CLOSE_NOT_SERVED,
     CLOSE_TOO_MUCH_QUEUED,
+    TEXT_TIMEOUT_GRACE_S,
     SocketClosed,
     SocketSession,
 )
@@ -439,7 +440,7 @@ class SpeechSession(SocketSession):
             return self._whole(utterance, request_id)
         request = dataclasses.replace(utterance.settings.template, text=None)
         utterance.report = StreamReport()
-        idle = self.speech.limits.socket_idle_s  # the talker ends an utterance whose text stops as the socket would
+        idle = self.speech.limits.socket_idle_s + TEXT_TIMEOUT_GRACE_S  # a backstop to the socket's idle close
         return generator.stream_text(
             request, _pieces(utterance.pieces), request_id, text_timeout_s=idle, report=utterance.report
         )

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.audio_files import encoded
 from vllm_omni.edge.testing.talker_checkpoint import write_talker_files
 from vllm_omni.entrypoints.generation.reference_decoding import load_reference_audio
 from vllm_omni.model_executor.models.qwen3_tts.reference_audio import (
@@ -313,24 +314,6 @@ def test_audio_shorter_than_the_encoder_needs_is_a_reference_audio_error(base_ch
     ):
         encoder.embed(np.zeros(1279, np.float32))
     assert encoder.embed(np.zeros(1280, np.float32)).shape == (128,)
-
-
-def encoded(fmt: str, codec: str, rate: int, channels: int, seconds: float, sample_format: str = "s16") -> bytes:
-    """``seconds`` of silence coded by FFmpeg's ``codec`` in a ``fmt`` container."""
-    import av
-
-    buffer = io.BytesIO()
-    layout = {1: "mono", 2: "stereo", 3: "3.0", 8: "7.1"}[channels]
-    with av.open(buffer, "w", format=fmt) as container:
-        stream = container.add_stream(codec, rate=rate, layout=layout)
-        samples = int(rate * seconds)
-        frame = av.AudioFrame.from_ndarray(
-            np.zeros((1, samples * channels), np.int16), format=sample_format, layout=layout
-        )
-        frame.sample_rate = rate
-        for packet in [*stream.encode(frame), *stream.encode(None)]:
-            container.mux(packet)
-    return buffer.getvalue()
 
 
 @pytest.mark.parametrize(
