@@ -255,7 +255,7 @@ def test_hostile_uploads_leave_the_server_and_the_store_healthy(server, clip):
         ("/v1/audio/speech", "application/json"),
     ):
         with socket.create_connection((host, int(port)), timeout=60) as client:  # a 1 GB body, announced
-            head = f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Type: {kind}\r\n"
+            head = f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {KEY}\r\nContent-Type: {kind}\r\n"
             client.sendall(head.encode() + b"Content-Length: 1073741824\r\n\r\n" + b"x" * 65536)
             answer = client.recv(65536).decode(errors="replace")
         assert answer.startswith("HTTP/1.1 413"), answer[:300]
