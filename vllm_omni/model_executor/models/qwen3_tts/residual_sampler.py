@@ -38,12 +38,23 @@ def splitmix64(x: torch.Tensor) -> torch.Tensor:
     return z ^ _shift_right(z, 31)
 
 
+# The largest float32 below 1: the top of the uniforms' range.
+_BELOW_ONE = 1.0 - 2.0**-24
+
+
+def unit_interval(bits: torch.Tensor) -> torch.Tensor:
+    """int64 hashes -> float32 uniforms in (0, 1): the top 24 bits (a float32's precision), centred in their
+    interval. The top value's centre, 2^24 - 0.5, is no float32 (it rounds to 2^24, which would make u = 1 and its
+    Gumbel noise infinite: NaN on a code filtered to -inf, which argmax then picks): it is the largest float32
+    below 1 instead."""
+    return ((_shift_right(bits, 40).to(torch.float32) + 0.5) * 2.0**-24).clamp_(max=_BELOW_ONE)
+
+
 def counter_uniforms(keys: torch.Tensor, width: int) -> torch.Tensor:
-    """``float32[B, width]`` uniforms in (0, 1), a pure function of each row's int64 ``key`` and the column: the
-    hash's top 24 bits (a float32's precision), centred in their interval, so never 0 or 1."""
+    """``float32[B, width]`` uniforms in (0, 1), never 0 or 1, a pure function of each row's int64 ``key`` and the
+    column (:func:`unit_interval` of their hash)."""
     columns = torch.arange(width, dtype=torch.int64, device=keys.device)
-    bits = splitmix64(splitmix64(keys).unsqueeze(1) + columns)
-    return (_shift_right(bits, 40).to(torch.float32) + 0.5) * 2.0**-24
+    return unit_interval(splitmix64(splitmix64(keys).unsqueeze(1) + columns))
 
 
 # The key group of codebook 0 (residual codebook ``g`` uses group ``g - 1``; groups are below 64).
