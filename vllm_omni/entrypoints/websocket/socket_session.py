@@ -21,9 +21,7 @@ from ..server.serving_state import ServingState
 
 # WebSocket close codes (4000-4999 are the application's): what went wrong with the client's messages.
 CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
-# The talker's own text timeout of a stream-mode utterance: the idle limit and this, so the socket's idle close
-# (4408, with its hint) comes first and the talker's ends an utterance whose socket did not.
-TEXT_TIMEOUT_GRACE_S = 2.0
+TEXT_TIMEOUT_GRACE_S = 2.0  # the talker's text timeout is the idle limit and this (SocketSession.text_timeout_s)
 CLOSE_BAD_MESSAGE = 4400
 CLOSE_NOT_SERVED = 4404
 CLOSE_TIMEOUT = 4408
@@ -114,6 +112,12 @@ class SocketSession:
             return parse_message(raw, self.speech.limits.max_body_bytes)
         except ProtocolError as error:
             await self.close(error.code, str(error))
+
+    @property
+    def text_timeout_s(self) -> float:
+        """The talker's own text timeout of a stream-mode utterance: a backstop to the idle close (which comes first,
+        with its hint), ending an utterance whose socket did not."""
+        return self.speech.limits.socket_idle_s + TEXT_TIMEOUT_GRACE_S
 
     def session_time_left(self) -> float:
         return self.speech.limits.socket_max_s - (time.monotonic() - self.started)

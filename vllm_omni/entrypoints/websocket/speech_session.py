@@ -56,7 +56,6 @@ from .socket_session import (
     CLOSE_BAD_MESSAGE,
     CLOSE_NOT_SERVED,
     CLOSE_TOO_MUCH_QUEUED,
-    TEXT_TIMEOUT_GRACE_S,
     SocketClosed,
     SocketSession,
 )
@@ -440,9 +439,8 @@ class SpeechSession(SocketSession):
             return self._whole(utterance, request_id)
         request = dataclasses.replace(utterance.settings.template, text=None)
         utterance.report = StreamReport()
-        idle = self.speech.limits.socket_idle_s + TEXT_TIMEOUT_GRACE_S  # a backstop to the socket's idle close
         return generator.stream_text(
-            request, _pieces(utterance.pieces), request_id, text_timeout_s=idle, report=utterance.report
+            request, _pieces(utterance.pieces), request_id, text_timeout_s=self.text_timeout_s, report=utterance.report
         )
 
     async def _whole(self, utterance: Utterance, request_id: str) -> AsyncIterator[np.ndarray]:

@@ -21,7 +21,6 @@ from .socket_session import (
     CLOSE_NOT_SERVED,
     CLOSE_SEND_S,
     CLOSE_TOO_MUCH_QUEUED,
-    TEXT_TIMEOUT_GRACE_S,
     SocketClosed,
     SocketSession,
 )
@@ -274,8 +273,9 @@ class SpeechSocket(SocketSession):
         self.speaking = True
         request_id = f"speech-{uuid.uuid4().hex}"
         request = dataclasses.replace(template, text=None)
-        idle = self.speech.limits.socket_idle_s + TEXT_TIMEOUT_GRACE_S  # a backstop to the socket's idle close
-        frames = self.speech.generator.stream_text(request, self.text_pieces(), request_id, text_timeout_s=idle)
+        frames = self.speech.generator.stream_text(
+            request, self.text_pieces(), request_id, text_timeout_s=self.text_timeout_s
+        )
         async with contextlib.aclosing(frame_batches(frames, body.frames_per_message)) as batches:
             async for piece in batches:
                 await self.send_bytes(encoder.frames(piece))
