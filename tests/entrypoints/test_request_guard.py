@@ -65,7 +65,8 @@ def test_refusals_come_before_any_route():
         (scope("/v1/audio/voices", "GET", {"host": "rebind.example:8000"}), 403, "does not answer to the host"),
         (scope("/v1/audio/speech", headers={"content-type": "text/plain"}), 415, "send application/json"),
         (scope("/v1/audio/speech", headers={"origin": "http://evil.example"}), 403, "--speech-allowed-origins"),
-        (scope("/v1/audio/voices/x", "DELETE", {"origin": "null"}), 403, "may not change this server's state"),
+        (scope("/v1/audio/voices/x", "DELETE", {"origin": "null"}), 403, "may not read from this server, change"),
+        (scope("/v1/audio/voices", "GET", {"origin": "http://evil.example"}), 403, "may not read from this server"),
     ]
     for request, status, text in cases:
         sent = run(guard(ok_app), request)

@@ -86,6 +86,9 @@ def test_cross_site_writes_and_bodies_a_page_sends_without_preflight_are_refused
         assert status == 403 and b"--speech-allowed-origins" in answer, (path, status, answer)
     status, _, answer = call(server, "/v1/audio/voices/Ryan", None, {"Origin": "http://evil.example"}, "DELETE")
     assert status == 403, (status, answer)
+    for path in ("/v1/audio/voices", "/v1/edge/plans/cpu_x86_64"):  # vLLM's CORS answers "*": no cross-site reads
+        status, _, answer = call(server, path, None, {"Origin": "http://evil.example"})
+        assert status == 403 and b"may not read from this server" in answer, (path, status, answer)
     for origin in ("http://evil.example", "null", f"https://http://127.0.0.1:{port(server)}"):
         with pytest.raises(InvalidStatus) as refused:
             connect(socket_url(server), origin=origin, open_timeout=60)

@@ -18,7 +18,7 @@ def test_origins_are_parsed_not_compared_as_strings():
 def test_settings_refuse_null_and_malformed_entries():
     with pytest.raises(ValueError, match="'null' is the origin of every sandboxed frame"):
         SitePolicy.from_settings("https://app.example, null", None)
-    with pytest.raises(ValueError, match="--speech-allowed-origins: 'app.example' is not a web origin"):
+    with pytest.raises(ValueError, match="allowed-origins\\): 'app.example' is not a web origin"):
         SitePolicy.from_settings("app.example", None)
     with pytest.raises(ValueError, match="--speech-allowed-hosts: 'http://x' is not a host name"):
         SitePolicy.from_settings(None, "http://x")

@@ -27,7 +27,7 @@ from vllm.entrypoints.cli.serve import ServeSubcommand
 
 from vllm_omni.edge.progress import progress_printer
 from vllm_omni.entrypoints.openai.speech_limits import SpeechLimits, add_limit_arguments
-from vllm_omni.entrypoints.server.site_policy import SitePolicy
+from vllm_omni.entrypoints.server.request_guard import site_policy
 from vllm_omni.entrypoints.websocket.socket_auth import MIDDLEWARE as SOCKET_AUTH_MIDDLEWARE
 from vllm_omni.model_executor.models.qwen3_tts.engine_settings import SETTING_NAMES, talker_engine_args
 
@@ -119,7 +119,7 @@ class OmniServeSubcommand(ServeSubcommand):
             print(f"error: --speech-*: {error}", file=sys.stderr)
             raise SystemExit(2) from None
         try:
-            SitePolicy.from_settings(args.speech_allowed_origins, args.speech_allowed_hosts, args.host)
+            site_policy(args)
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             raise SystemExit(2) from None

@@ -104,7 +104,11 @@ class StreamedText:
     def __init__(self, generator: Any, request: Any, voice: Any, timeout_s: float | None) -> None:
         self.prompts = generator.prompts
         self.request, self.voice, self.timeout_s = request, voice, timeout_s
+        # Worked on a thread, one operation at a time; the event loop reads only the snapshot below, which it takes
+        # itself when an operation has ended (a thread's half-done commit is never seen).
         self.tokens = IncrementalTokenizer(self.prompts.tokenizer, self.prompts.lock)
+        self.committed: list[int] = list(self.tokens.committed)  # the role's ids, then the text's, as committed
+        self.text_chars = 0  # the characters received
         self.id_chars: list[int] = []  # per committed text id: the characters committed with it
         self.complete = False
         self.changed = asyncio.Event()
@@ -119,7 +123,7 @@ class StreamedText:
         again."""
         if not isinstance(piece, str):
             raise SpeechRequestError(f"a text piece must be a str, got {type(piece).__name__}")
-        if len(piece) > MAX_PIECE_CHARS or len(self.tokens.text) + len(piece) > self.max_chars:
+        if len(piece) > MAX_PIECE_CHARS or self.text_chars + len(piece) > self.max_chars:
             raise SpeechRequestError(
                 f"the text grew past {self.max_chars} characters (a piece of at most {MAX_PIECE_CHARS}): "
                 "more than this engine can speak in one request"
@@ -146,10 +150,17 @@ class StreamedText:
         self.changed.set()
 
     def _commit(self, ids: list[int]) -> list[int]:
+        """After an operation on the tokenizer (on the loop, none running): the snapshot the loop reads."""
         tokens = self.tokens
         chars = len(tokens.text) if tokens.finished else max(len(tokens.text) - len(tokens.pending), 0)
         self.id_chars += [chars] * len(ids)
+        self.committed, self.text_chars = list(tokens.committed), len(tokens.text)
         return ids
+
+    @property
+    def text_ids(self) -> list[int]:
+        """The text's committed token ids (after the role)."""
+        return self.committed[ROLE_TOKENS:]
 
     def fail(self, error: BaseException) -> None:
         self.error = error
@@ -157,7 +168,7 @@ class StreamedText:
 
     def prompt(self) -> SpeechPrompt | None:
         """The prompt and the trailing text known now (None: not enough text for the prompt yet)."""
-        role, text_ids = self.tokens.committed[:ROLE_TOKENS], self.tokens.text_ids
+        role, text_ids = self.committed[:ROLE_TOKENS], self.text_ids
         if len(role) < ROLE_TOKENS:
             return None
         r = self.request
@@ -212,7 +223,7 @@ class TextSession:
         """The trailing text ids known now, from index ``start``: the first prompt's reference text still trailing
         (in context), the text's ids past the prompt, then ``tts_eos`` once the text is complete. Built from the
         committed ids directly: a chunk costs what it adds, not the whole text again."""
-        lead, committed = self.lead, self.text.tokens.committed
+        lead, committed = self.lead, self.text.committed
         ids = lead[start:] + committed[ROLE_TOKENS + max(self.held_ids, 0) + max(start - len(lead), 0) :]
         if self.trails_eos() and start < self.known():
             ids.append(self.tts_eos)
@@ -225,7 +236,7 @@ class TextSession:
 
     def known(self) -> int:
         """How many trailing text ids are known now."""
-        text_ids = len(self.text.tokens.committed) - ROLE_TOKENS
+        text_ids = len(self.text.committed) - ROLE_TOKENS
         return len(self.lead) + max(text_ids - max(self.held_ids, 0), 0) + (1 if self.trails_eos() else 0)
 
     def allowed(self) -> int:
@@ -247,7 +258,7 @@ class TextSession:
         # tts_eos, once the text is complete, is the last trailing id, or in the prompt when nothing trails.
         trailing = prompt.trailing_text_ids
         self.eos_in_prompt = text.complete and not trailing
-        self.held_ids = len(text.tokens.text_ids) - (len(trailing) - (1 if text.complete and trailing else 0))
+        self.held_ids = len(text.text_ids) - (len(trailing) - (1 if text.complete and trailing else 0))
         self.lead = list(prompt.trailing_text_ids[: max(-self.held_ids, 0)])
         self.tts_eos = self.generator.config.tts_eos_token_id
         while True:
@@ -361,7 +372,7 @@ class TextSession:
             raise TalkerFailure("the engine could not go on with this utterance: see the server log")
         if not assembler.ended:
             report.end("max_frames", f"the budget of {self.budget} frames ran out")
-        elif text.complete and report.spoken_chars >= len(text.tokens.text):
+        elif text.complete and report.spoken_chars >= text.text_chars:
             report.end("complete")
         else:
             report.end("eos", "the talker ended before the text did")
@@ -394,7 +405,7 @@ async def stream_text(
                     await text.flush()
                     continue
                 await text.add(piece)
-                report.text_chars = len(text.tokens.text)
+                report.text_chars = text.text_chars
             await text.finish()
         except asyncio.CancelledError:
             raise

@@ -2,8 +2,10 @@
 
 * A ``Host`` this server answers to, on every HTTP request and WebSocket handshake (DNS rebinding:
   :class:`~.site_policy.SitePolicy`): otherwise 403, or a refused handshake.
-* For a state-changing request (``POST``, ``PUT``, ``PATCH``, ``DELETE``) and every WebSocket handshake, an
-  ``Origin`` that may (none, the server's own, or ``--speech-allowed-origins``): otherwise 403.
+* For every request that carries an ``Origin`` (browsers send one on cross-origin reads, on state-changing
+  requests and on every WebSocket handshake), one that may: the server's own, ``--speech-allowed-origins`` or
+  vLLM's ``--allowed-origins`` (but its default ``*``); otherwise 403. vLLM's CORS answers ``*`` by default,
+  which would let any page read a keyless server's answers (its voices and their transcripts, its plans).
 * On the speech routes that read JSON, ``Content-Type: application/json`` (the voice upload also takes
   ``multipart/form-data``): a ``text/plain`` body is what a cross-site page can send without a preflight,
   so it is refused with 415.
@@ -57,18 +59,21 @@ def not_reading(error: BaseException) -> ClientNotReading | None:
     return None
 
 
+def site_policy(args: Any) -> SitePolicy:
+    """The site policy of ``vllm serve``'s arguments: ``--speech-allowed-origins`` and vLLM's ``--allowed-origins``
+    (but ``*``), ``--speech-allowed-hosts``, ``--host``. Raises ``ValueError`` naming a wrong entry."""
+    cors = [origin for origin in getattr(args, "allowed_origins", None) or () if origin.strip() not in ("*", "")]
+    origins = ",".join(filter(None, [getattr(args, "speech_allowed_origins", None), *cors]))
+    return SitePolicy.from_settings(origins, getattr(args, "speech_allowed_hosts", None), getattr(args, "host", None))
+
+
 def guard_settings(args: Any) -> dict[str, Any]:
     """:class:`RequestGuard`'s arguments from ``vllm serve``'s (``args``; validated at start-up already)."""
     from ..openai.speech_limits import SpeechLimits
 
-    policy = SitePolicy.from_settings(
-        getattr(args, "speech_allowed_origins", None),
-        getattr(args, "speech_allowed_hosts", None),
-        getattr(args, "host", None),
-    )
     limits = SpeechLimits.from_args(args)
     ws_max_size = limits.max_body_bytes + WS_OVERHEAD_BYTES
-    return {"policy": policy, "ws_max_size": ws_max_size, "max_responses": limits.max_responses}
+    return {"policy": site_policy(args), "ws_max_size": ws_max_size, "max_responses": limits.max_responses}
 
 
 def header(scope: dict[str, Any], name: bytes) -> str | None:
@@ -138,13 +143,12 @@ class RequestGuard:
                 "whose name resolves here is not this server's; an operator adds names with --speech-allowed-hosts"
             )
         method = scope.get("method", "GET")
-        if scope["type"] == "websocket" or method in STATE_CHANGING:
-            origin = header(scope, b"origin")
-            if not policy.origin_allowed(origin, host):
-                return 403, (
-                    f"requests from pages of {origin!r} may not change this server's state or open its sessions; "
-                    "an operator allows an origin with --speech-allowed-origins"
-                )
+        origin = header(scope, b"origin")  # sent by browsers on cross-origin reads, writes and every handshake
+        if not policy.origin_allowed(origin, host):
+            return 403, (
+                f"pages of {origin!r} may not read from this server, change its state or open its sessions; an "
+                "operator allows an origin with --speech-allowed-origins"
+            )
         if scope["type"] == "http" and method in STATE_CHANGING:
             path = scope["path"].removeprefix(scope.get("root_path", ""))
             accepted = BODY_TYPES.get(path)

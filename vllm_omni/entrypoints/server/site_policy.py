@@ -100,13 +100,14 @@ class SitePolicy:
                 continue
             if entry.strip().lower() == "null":
                 raise ValueError(
-                    "--speech-allowed-origins: 'null' is the origin of every sandboxed frame and file: page; "
+                    "--speech-allowed-origins (or vLLM's --allowed-origins): 'null' is the origin of every sandboxed "
+                    "frame and file: page; "
                     "name the http(s) origins that may reach this server instead"
                 )
             try:
                 parsed.append(parse_origin(entry))
             except ValueError as error:
-                raise ValueError(f"--speech-allowed-origins: {error}") from None
+                raise ValueError(f"--speech-allowed-origins (or vLLM's --allowed-origins): {error}") from None
         names = [name.strip().lower().rstrip(".") for name in (hosts or "").split(",") if name.strip()]
         for name in names:
             if name != "*" and (split_host(name) is None or split_host(name)[1] is not None):
