@@ -40,6 +40,8 @@ def test_only_the_servers_own_names_are_answered():
     for host in ("rebind.example:8000", "127.0.0.1.rebind.example", "", "localhost.evil.com:8000", "a b"):
         assert not policy.host_allowed(host), host
     assert SitePolicy.from_settings(None, "*").host_allowed("anything.example")
+    dotted = SitePolicy.from_settings("http://tts.example.:8000", None)  # a fully qualified name, either way
+    assert dotted.host_allowed("tts.example:8000") and dotted.origin_allowed("http://tts.example:8000", "127.0.0.1")
 
 
 def test_state_changes_come_from_the_servers_own_origin_or_an_allowed_one():

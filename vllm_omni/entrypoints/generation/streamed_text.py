@@ -113,7 +113,8 @@ class StreamedText:
         self.complete = False
         self.changed = asyncio.Event()
         self.error: BaseException | None = None
-        self.arrived = time.monotonic()  # the last piece (the text timeout counts from it)
+        self.arrived = time.monotonic()  # the last piece (the text timeout counts from it ...)
+        self.waiting_since: float | None = None  # (... or from when the talker began waiting, if later)
         self.max_chars = generator.max_model_len * 16  # far more text than the engine has positions for
 
     async def add(self, piece: Any) -> None:
@@ -152,6 +153,8 @@ class StreamedText:
     def _commit(self, ids: list[int]) -> list[int]:
         """After an operation on the tokenizer (on the loop, none running): the snapshot the loop reads."""
         tokens = self.tokens
+        if ids:
+            self.waiting_since = None  # text to speak: the talker no longer waits
         chars = len(tokens.text) if tokens.finished else max(len(tokens.text) - len(tokens.pending), 0)
         self.id_chars += [chars] * len(ids)
         self.committed, self.text_chars = list(tokens.committed), len(tokens.text)
@@ -178,22 +181,26 @@ class StreamedText:
 
     async def wait(self, hold_s: float | None = None) -> bool:
         """Until more text is committed or the text ends (True), ``hold_s`` passes (False), or the text fails
-        (raised here). The text timeout counts from the last piece received, committed or not."""
+        (raised here). The text timeout counts from the later of the last piece received (committed or not) and
+        the moment the talker began waiting for text (a talker still speaking what came earlier waits for none)."""
         if self.error is not None:
             raise self.error
         self.changed.clear()
+        if self.waiting_since is None:
+            self.waiting_since = time.monotonic()
         hold_until = None if hold_s is None else time.monotonic() + hold_s
         while True:
             now = time.monotonic()
             limits = [hold_until] if hold_until is not None else []
-            if self.timeout_s is not None:
-                limits.append(self.arrived + self.timeout_s)
+            timeout_at = None if self.timeout_s is None else max(self.arrived, self.waiting_since) + self.timeout_s
+            if timeout_at is not None:
+                limits.append(timeout_at)
             try:
                 await asyncio.wait_for(self.changed.wait(), min(limits) - now if limits else None)
                 break
             except TimeoutError:
                 now = time.monotonic()
-                if self.timeout_s is not None and now >= self.arrived + self.timeout_s:
+                if timeout_at is not None and now >= timeout_at:
                     raise SpeechRequestError(
                         f"no text arrived for {self.timeout_s:g} s while the talker waited for it"
                     ) from None

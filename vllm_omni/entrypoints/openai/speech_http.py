@@ -4,6 +4,7 @@ leaves, conditional GETs, OpenAI's error body."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
@@ -77,6 +78,29 @@ async def until_disconnected(request: Any, work: Awaitable[T]) -> tuple[bool, T 
     if task in done:
         return True, task.result()
     return False, None
+
+
+def closing_response(body: AsyncIterator[bytes], media_type: str, headers: dict[str, str] | None = None) -> Any:
+    """A streamed response of ``body`` that closes ``body`` however it ends (Starlette's leaves an unfinished
+    iterator to the garbage collector): a client that stopped reading (the request guard's send deadline) or left
+    aborts the engine request at once."""
+    return _closing_response_class()(body, media_type=media_type, headers=headers)
+
+
+@functools.cache
+def _closing_response_class() -> type:
+    from starlette.responses import StreamingResponse
+
+    class ClosingStreamingResponse(StreamingResponse):
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            try:
+                await super().__call__(scope, receive, send)
+            finally:
+                close = getattr(self.body_iterator, "aclose", None)
+                if close is not None:
+                    await close()
+
+    return ClosingStreamingResponse
 
 
 def not_modified(request: Any, etag: str) -> bool:

@@ -52,6 +52,7 @@ from ..openai.speech_api import (
     to_speech_request,
 )
 from ..openai.speech_http import (
+    closing_response,
     collect_unless_disconnected,
     error_response,
     not_modified,
@@ -96,7 +97,7 @@ UNGUARDED_ROUTES = ("/invocations", "/scale_elastic_ep", "/is_scaling_elastic_ep
 
 def build_router():
     from fastapi import APIRouter, Request, WebSocket
-    from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+    from fastapi.responses import FileResponse, JSONResponse, Response
 
     from ..openai.speech_audio import AUDIO_FORMATS
 
@@ -178,15 +179,15 @@ def build_router():
         fmt = body.response_format
         if plan is not None:
             stream = codec_stream(speech, plan, prepared, request_id, body.frames_per_message, body.first_frames)
-            return StreamingResponse(stream, media_type=CODEC_MEDIA_TYPE, headers={"X-Plan-Id": plan.plan_id})
+            return closing_response(stream, CODEC_MEDIA_TYPE, {"X-Plan-Id": plan.plan_id})
         headers = {"X-Sample-Rate": str(speech.sample_rate)}
         if body.sse:
             events = sse_events(speech, prepared, request_id, fmt, body.speed, body.first_frames)
-            return StreamingResponse(events, media_type=SSE_MEDIA_TYPE, headers=headers)
+            return closing_response(events, SSE_MEDIA_TYPE, headers)
         counts: dict[str, int] = {}
         audio = audio_stream(speech, prepared, request_id, fmt, body.speed, counts, body.first_frames)
         if body.streamed:
-            return StreamingResponse(streamed(audio), media_type=AUDIO_FORMATS[fmt], headers=headers)
+            return closing_response(streamed(audio), AUDIO_FORMATS[fmt], headers)
         try:
             data = await collect_unless_disconnected(request, audio)
         except Exception as error:  # the engine or the decoder failed: our message, logged once

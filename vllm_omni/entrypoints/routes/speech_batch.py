@@ -78,6 +78,8 @@ def speech_batch_route(service: Any, speech_model: Any) -> Any:
             voice = (await made[key]).voice
             return dataclasses.replace(request, voice=voice, ref_audio=None, speaker_embedding=None, ref_text=None)
 
+        admitted = asyncio.Semaphore(max(1, speech.limits.max_queued_jobs // 2))
+
         async def speak(index: int, fields: dict[str, Any]) -> dict[str, Any]:
             try:
                 if fields.get("stream") or "stream_format" in fields or fields.get("response_format") == "codec":
@@ -88,8 +90,9 @@ def speech_batch_route(service: Any, speech_model: Any) -> Any:
                     )
                 body = speech_body(speech_model, fields, speech.limits, speech.served_models, speech.config)
                 request_id = f"speech-batch-{uuid.uuid4().hex}"
-                voiced = await with_voice(to_speech_request(body, speech.voices.store))
-                prepared = await speech.prepare(voiced, request_id)
+                async with admitted:  # a batch takes at most half the work queues: its items wait, never refused
+                    voiced = await with_voice(to_speech_request(body, speech.voices.store))
+                    prepared = await speech.prepare(voiced, request_id)
                 counts: dict[str, int] = {}
                 fmt = body.response_format
                 stream = audio_stream(speech, prepared, request_id, fmt, body.speed, counts, body.first_frames)

@@ -42,7 +42,7 @@ async def read_voice_upload(request: Any, speech: SpeechService) -> VoiceUpload:
     limit = speech.limits.max_body_bytes
     kind = request.headers.get("content-type", "")
     mime_type = None
-    if kind.startswith("multipart/form-data"):
+    if kind.lower().startswith("multipart/form-data"):  # media types are case-insensitive (the guard's check too)
         declared = request.headers.get("content-length")
         if declared is None or not declared.isdigit() or int(declared) > limit:
             raise SpeechApiError(413, f"a multipart voice upload needs a Content-Length of at most {limit} bytes")

@@ -1,4 +1,6 @@
-"""What every request must show before any route sees it (an ASGI middleware the endpoint plugin adds).
+"""What every request must show before any route sees it (an ASGI middleware the endpoint plugin adds; it runs
+inside vLLM's CORS, ``--api-key`` and ``--middleware`` layers, which vLLM adds after the plugins: CORS answers
+preflight ``OPTIONS`` requests itself, and a request without the key is refused before it gets here).
 
 * A ``Host`` this server answers to, on every HTTP request and WebSocket handshake (DNS rebinding:
   :class:`~.site_policy.SitePolicy`): otherwise 403, or a refused handshake.
@@ -138,9 +140,9 @@ class RequestGuard:
         policy = self.policy
         host = header(scope, b"host")
         if not policy.host_allowed(host):
-            return 403, (
-                f"this server does not answer to the host {host!r} (it answers to {policy.describe_hosts()}): a page "
-                "whose name resolves here is not this server's; an operator adds names with --speech-allowed-hosts"
+            return 403, (  # the names it does answer to are not listed: a rebound page could read them
+                f"this server does not answer to the host {host!r}: a page whose name resolves here is not this "
+                "server's; an operator adds names with --speech-allowed-hosts (IP addresses and localhost are served)"
             )
         method = scope.get("method", "GET")
         origin = header(scope, b"origin")  # sent by browsers on cross-origin reads, writes and every handshake

@@ -59,7 +59,7 @@ def parse_origin(text: str) -> Origin:
         or parts.password is not None
     ):
         raise ValueError(f"{text!r} is not a web origin: expected http(s)://host[:port] (no path, no user)")
-    return Origin(parts.scheme, parts.hostname.lower(), port or DEFAULT_PORTS[parts.scheme])
+    return Origin(parts.scheme, parts.hostname.lower().rstrip("."), port or DEFAULT_PORTS[parts.scheme])
 
 
 def split_host(header: str) -> tuple[str, int | None] | None:
@@ -112,7 +112,7 @@ class SitePolicy:
         for name in names:
             if name != "*" and (split_host(name) is None or split_host(name)[1] is not None):
                 raise ValueError(f"--speech-allowed-hosts: {name!r} is not a host name (no scheme, no port)")
-        bind = (bind_host or "").strip().lower()
+        bind = (bind_host or "").strip().lower().rstrip(".")
         if bind and not is_ip_literal(bind.strip("[]")):
             names.append(bind)
         return cls(tuple(parsed), tuple(dict.fromkeys(names)))
@@ -154,7 +154,3 @@ class SitePolicy:
         default_ports = (None, *DEFAULT_PORTS.values())  # either scheme's default port: a TLS proxy in front
         same_port = origin.port == port or (port in default_ports and origin.port in default_ports)
         return origin.host == name.rstrip(".") and same_port
-
-    def describe_hosts(self) -> str:
-        extra = ", ".join([*self.allowed_hosts, *(origin.host for origin in self.allowed_origins)])
-        return "IP addresses, localhost" + (f", {extra}" if extra else "")

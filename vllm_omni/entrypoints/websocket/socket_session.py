@@ -16,6 +16,8 @@ import time
 from collections.abc import Coroutine
 from typing import Any, NoReturn
 
+from vllm_omni.errors import RequestRefused
+
 from ..openai.speech_api import SpeechApiError, parse_json, to_speech_request
 from ..server.serving_state import ServingState
 
@@ -31,6 +33,11 @@ CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455: the server is overloaded (--speech-max
 SLACK_S = 0.05  # how early a deadline may wake the socket's wait
 CLOSE_SEND_S = 5.0  # the done and close frames wait this long for a client that does not read
 MAX_REASON_BYTES = 123  # RFC 6455: a close reason fits in 123 bytes of UTF-8
+
+
+def refusal_code(error: RequestRefused) -> int:
+    """The close code of a refused request: try again later for a full queue (503), a bad message otherwise."""
+    return CLOSE_TRY_AGAIN_LATER if error.status == 503 else CLOSE_BAD_MESSAGE
 
 
 def close_reason(message: str) -> str:

@@ -23,6 +23,7 @@ from .socket_session import (
     CLOSE_TOO_MUCH_QUEUED,
     SocketClosed,
     SocketSession,
+    refusal_code,
 )
 from .speech_text import TextSegmenter
 
@@ -114,12 +115,13 @@ class SpeechSocket(SocketSession):
         except SpeechApiError as error:
             await self.close(CLOSE_BAD_MESSAGE, f"start: {error}")
         except RequestRefused as error:
-            await self.close(CLOSE_BAD_MESSAGE, str(error))
+            await self.close(refusal_code(error), str(error))
         segmenter = self.segmenter = TextSegmenter(limits.max_input_chars)
         if body.input and self.text_mode == "stream":
             await self.queue_piece(body.input)
         elif body.input:
             await self.queue([*segmenter.add(body.input), segmenter.flush()])
+        self.last_text = time.monotonic()  # the idle clock starts with the session, not before its voice was made
         await self.serve(self.speak(body, template, plan))
 
     async def queue(self, segments: list[str | None]) -> None:
@@ -243,8 +245,8 @@ class SpeechSocket(SocketSession):
                 await self.speak_sentences(encoder, body, template, plan)
         except (asyncio.CancelledError, SocketClosed):
             raise
-        except RequestRefused as error:  # text the checkpoint cannot speak (too long for the engine, empty)
-            await self.close(CLOSE_BAD_MESSAGE, str(error))
+        except RequestRefused as error:  # text the checkpoint cannot speak (too long, empty), or a full queue
+            await self.close(refusal_code(error), str(error))
         except Exception as error:  # the done message says what went wrong
             await self.close(1011, public_error(error))
         await self.finish_stream(encoder, plan)
