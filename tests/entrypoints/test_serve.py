@@ -627,8 +627,10 @@ def test_websocket_stream_mode_refusals_free_the_request(server):
         ([stream_start(), *[{"type": "text", "text": "word " * 100}] * 5], 4413, "takes at most 2000"),
         ([stream_start(), {"type": "text", "text": "Hello there, "}, {"type": "text", "text": 7}], 4400,
          "needs a string 'text'"),
-        ([stream_start(), {"type": "text", "text": "Hi, you "}, {"type": "end"}, {"type": "text", "text": "more"}],
-         4400, "after 'end'"),
+        # Text after 'end' while the session still speaks (eight sentences: the talker cannot be done before the
+        # next message is read, as a short streamed utterance that reaches EOS at once could be).
+        ([stream_start(text_mode="sentence", input="Hello there. " * 8), {"type": "end"},
+          {"type": "text", "text": "more"}], 4400, "after 'end'"),
         ([stream_start(), {"type": "text", "text": "  "}, {"type": "end"}], 4400, "empty"),
         # A client that stops sending text mid-utterance: the talker holds, the idle limit closes.
         ([stream_start(max_frames=400), {"type": "text", "text": "Hello there, "}], 4408, "idle for 6 s"),
