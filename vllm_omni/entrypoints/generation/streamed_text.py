@@ -157,7 +157,8 @@ class StreamedText:
             self.waiting_since = None  # text to speak: the talker no longer waits
         chars = len(tokens.text) if tokens.finished else max(len(tokens.text) - len(tokens.pending), 0)
         self.id_chars += [chars] * len(ids)
-        self.committed, self.text_chars = list(tokens.committed), len(tokens.text)
+        self.committed += tokens.committed[len(self.committed) :]  # it only grows (finish checks the prefix)
+        self.text_chars = len(tokens.text)
         return ids
 
     @property

@@ -112,11 +112,23 @@ def not_modified(request: Any, etag: str) -> bool:
     return "*" in tags or etag in tags
 
 
-def error_response(status: int, message: str) -> Any:
+def error_body(status: int, message: str) -> dict[str, Any]:
     """OpenAI's error body: ``{"error": {"message", "type", "code"}}``."""
-    from fastapi.responses import JSONResponse
-
     kind = "invalid_request_error" if status < 500 else "server_error"
     if status == 404:
         kind = "not_found_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+    return {"error": {"message": message, "type": kind, "code": status}}
+
+
+def retry_after(error: Any) -> dict[str, str]:
+    """The ``Retry-After`` header of a refusal for now (a :class:`~vllm_omni.errors.RequestRefused` with
+    ``retry_after_s``), or none."""
+    seconds = getattr(error, "retry_after_s", None)
+    return {} if seconds is None else {"Retry-After": str(max(1, round(seconds)))}
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Any:
+    """:func:`error_body` as a response with ``status``."""
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(error_body(status, message), status_code=status, headers=headers)

@@ -57,6 +57,7 @@ from ..openai.speech_http import (
     error_response,
     not_modified,
     read_body,
+    retry_after,
     until_disconnected,
 )
 from ..server.request_guard import RequestGuard, guard_settings
@@ -248,10 +249,7 @@ def build_router():
 async def api_error(request, error):
     """A refusal raised by a route (a :class:`~vllm_omni.errors.RequestRefused`: the speech API's, the voice
     store's, the talker's): OpenAI's error body."""
-    response = error_response(getattr(error, "status", 400), str(error))
-    if getattr(error, "retry_after_s", None) is not None:
-        response.headers["Retry-After"] = str(max(1, round(error.retry_after_s)))
-    return response
+    return error_response(getattr(error, "status", 400), str(error), retry_after(error))
 
 
 def is_replaced_route(path: str) -> bool:

@@ -27,7 +27,11 @@ import json
 import logging
 from typing import Any
 
+from vllm_omni.errors import RequestRefused
+
+from ..openai.speech_http import error_body, retry_after
 from .site_policy import SitePolicy
+from .work_queue import RETRY_AFTER_S
 
 logger = logging.getLogger("vllm.omni.speech")
 
@@ -44,7 +48,6 @@ WS_OVERHEAD_BYTES = 1024  # a frame's header and a JSON message's envelope, over
 # The HTTP speech routes: responses in flight per process are bounded, and each send has a deadline.
 SPEECH_ROUTES = ("/v1/audio/speech", "/v1/audio/speech/batch")
 SEND_DEADLINE_S = 30.0  # a client that reads nothing for this long while its response waits is let go
-RETRY_AFTER_S = 1
 
 
 class ClientNotReading(Exception):
@@ -101,15 +104,15 @@ class RequestGuard:
         if kind == "lifespan":
             self.bound_websocket_messages(scope)
         elif kind in ("http", "websocket"):
-            refusal = self.refusal(scope)
+            path = scope["path"].removeprefix(scope.get("root_path", ""))
+            refusal = self.refusal(scope, path)
             if refusal is not None:
-                status, message = refusal
                 if kind == "websocket":
                     await send({"type": "websocket.close", "code": 1008, "reason": ""})  # before accept: a 403
                 else:
-                    await refuse(send, status, message, retry_after=status == 503)
+                    await refuse(send, refusal)
                 return
-            if kind == "http" and scope["path"].removeprefix(scope.get("root_path", "")) in SPEECH_ROUTES:
+            if kind == "http" and path in SPEECH_ROUTES:
                 await self.speech_response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -129,38 +132,42 @@ class RequestGuard:
         try:
             await self.app(scope, receive, send_in_time)
         except Exception as error:  # a streamed body raises it through its task group, wrapped
-            if not_reading(error) is None:
+            if (abandoned := not_reading(error)) is None:
                 raise
-            logger.info("speech response abandoned: %s", not_reading(error))
+            logger.info("speech response abandoned: %s", abandoned)
         finally:
             self.responses -= 1
 
-    def refusal(self, scope: dict[str, Any]) -> tuple[int, str] | None:
-        """``(status, message)`` for a request this server does not take, or None."""
+    def refusal(self, scope: dict[str, Any], path: str) -> RequestRefused | None:
+        """The refusal of a request this server does not take (``path``: its route path), or None."""
         policy = self.policy
         host = header(scope, b"host")
         if not policy.host_allowed(host):
-            return 403, (  # the names it does answer to are not listed: a rebound page could read them
+            return RequestRefused(  # the names it does answer to are not listed: a rebound page could read them
                 f"this server does not answer to the host {host!r}: a page whose name resolves here is not this "
-                "server's; an operator adds names with --speech-allowed-hosts (IP addresses and localhost are served)"
+                "server's; an operator adds names with --speech-allowed-hosts (IP addresses and localhost are served)",
+                403,
             )
-        method = scope.get("method", "GET")
         origin = header(scope, b"origin")  # sent by browsers on cross-origin reads, writes and every handshake
         if not policy.origin_allowed(origin, host):
-            return 403, (
+            return RequestRefused(
                 f"pages of {origin!r} may not read from this server, change its state or open its sessions; an "
-                "operator allows an origin with --speech-allowed-origins"
+                "operator allows an origin with --speech-allowed-origins",
+                403,
             )
-        if scope["type"] == "http" and method in STATE_CHANGING:
-            path = scope["path"].removeprefix(scope.get("root_path", ""))
+        if scope["type"] == "http" and scope.get("method", "GET") in STATE_CHANGING:
             accepted = BODY_TYPES.get(path)
             given = media_type(header(scope, b"content-type"))
             if accepted is not None and given not in accepted:
-                return 415, f"Content-Type {given or 'none'!r} is not read here: send {' or '.join(accepted)}"
+                return RequestRefused(
+                    f"Content-Type {given or 'none'!r} is not read here: send {' or '.join(accepted)}", 415
+                )
             if path in SPEECH_ROUTES and self.responses >= self.max_responses:
-                return 503, (
+                return RequestRefused(
                     f"{self.responses} speech responses are in flight, the most this server process takes "
-                    "(--speech-max-responses): try again in a moment"
+                    "(--speech-max-responses): try again in a moment",
+                    503,
+                    RETRY_AFTER_S,
                 )
         return None
 
@@ -174,12 +181,10 @@ class RequestGuard:
         config.ws_per_message_deflate = False
 
 
-async def refuse(send: Any, status: int, message: str, retry_after: bool = False) -> None:
-    """OpenAI's error body with ``status`` (and ``Retry-After`` for a refusal for now)."""
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    body = json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
+async def refuse(send: Any, refusal: RequestRefused) -> None:
+    """``refusal`` as OpenAI's error body (:func:`~..openai.speech_http.error_body`), with its ``Retry-After``."""
+    body = json.dumps(error_body(refusal.status, str(refusal))).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if retry_after:
-        headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    headers += [(name.lower().encode(), value.encode()) for name, value in retry_after(refusal).items()]
+    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -9,9 +9,9 @@ operator merely visits:
   ``localhost`` (and ``*.localhost``, which resolvers keep on the loopback), the ``--host`` it binds, the hosts of
   ``--speech-allowed-origins`` and ``--speech-allowed-hosts`` (``*``: any name, for a proxy that checks names
   itself).
-* **Cross-site writes**: a form or a ``text/plain`` fetch needs no CORS preflight, so a state-changing request
-  with an ``Origin`` is accepted only from the server's own origin or an allowed one
-  (:meth:`SitePolicy.origin_allowed`; the WebSocket handshake follows the same rule).
+* **Cross-site reads and writes**: vLLM's CORS answers ``*`` by default, and a form or a ``text/plain`` fetch
+  needs no preflight, so a request with an ``Origin`` is accepted only from the server's own origin or an allowed
+  one (:meth:`SitePolicy.origin_allowed`; the WebSocket handshake follows the same rule).
 
 Origins are parsed (scheme, host, port), never compared as strings: ``https://http://localhost:8000`` is no
 origin, and ``null`` (sandboxed frames, ``file:`` pages) is refused as a setting because it would admit them all.
