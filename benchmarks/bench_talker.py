@@ -166,7 +166,7 @@ def profile_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     from vllm_omni.entrypoints.generation.speech import CodecFrameGenerator, SpeechRequest
-    from vllm_omni.model_executor.models.qwen3_tts.code_predictor import Qwen3TTSCodePredictor
+    from vllm_omni.model_executor.models.qwen3_tts.fused_code_predictor import FusedCodePredictor
 
     spent = {"step": 0.0, "code_predictor": 0.0, "sampler": 0.0}
 
@@ -184,7 +184,7 @@ def profile_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
 
     timed(GPUModelRunner, "execute_model", "step")
     timed(GPUModelRunner, "sample_tokens", "step")
-    timed(Qwen3TTSCodePredictor, "predict", "code_predictor")
+    timed(FusedCodePredictor, "predict", "code_predictor")
     timed(Sampler, "forward", "sampler")
     gen = CodecFrameGenerator(checkpoint, **ENGINE)
     batch = [

@@ -165,11 +165,3 @@ class Qwen3TTSCodePredictor(nn.Module):
             codes.append(code)
             x = self.model.codec_embedding[group](code).unsqueeze(1)
         return torch.stack(codes, dim=1)
-
-    def residual_embeddings(self, residual_codes: torch.Tensor) -> torch.Tensor:
-        """Sum over codebooks 1..15 of their embeddings: ``[N, groups - 1]`` codes -> [N, talker_hidden]."""
-        total = None
-        for group, embedding in enumerate(self.model.codec_embedding):
-            part = embedding(residual_codes[:, group])
-            total = part if total is None else total + part
-        return total

@@ -34,6 +34,7 @@ from torch.nn import functional as F
 from .batch_layout import row_starts
 from .code_predictor import Qwen3TTSCodePredictor
 from .configuration_qwen3_tts import Qwen3TTSConfig
+from .fused_code_predictor import FusedCodePredictor, Projection
 from .engine_contract import (
     LOGITS_PROCESSOR,
     LOGPROBS_MODE,
@@ -168,6 +169,7 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         self.register_buffer("residual_offsets", torch.tensor(offsets, dtype=torch.long), persistent=False)
         self.cache_config = vllm_config.cache_config  # its block_size splits a step's tokens by row
         self.batch = talker_batch(vllm_config)  # shared with the engine's logits processor
+        self.residual_predictor: FusedCodePredictor | None = None  # made from the loaded weights
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -215,11 +217,7 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
             if spec.speaker_embedding:
                 table[SPEAKER_SLOT] = torch.tensor(spec.speaker_embedding, dtype=weight.dtype, device=weight.device)
             if spec.reference_codes:
-                codes = torch.tensor(spec.reference_codes, dtype=torch.long, device=weight.device)
-                residual = self.code_predictor.model.codec_embedding
-                parts = [self.model.codec_embedding(codes[:, 0])]
-                parts += [embedding(codes[:, group + 1]) for group, embedding in enumerate(residual)]
-                table[1:] = torch.stack(parts).sum(0)
+                table[1:] = self._frame_sums(torch.tensor(spec.reference_codes, dtype=torch.long, device=weight.device))
             state.voice_table = table
         return state.voice_table
 
@@ -352,8 +350,15 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
     def _frame_inputs(self, codes: torch.Tensor, text_ids: torch.Tensor) -> torch.Tensor:
         """Talker inputs of generated positions: each frame's 16 code embeddings (``codes [n, 16]``) summed, plus
         its step's text vector (``text_ids int64[n]``, in the same order)."""
-        summed = self.model.codec_embedding(codes[:, 0]) + self.code_predictor.residual_embeddings(codes[:, 1:])
-        return summed + self.project_text(text_ids)
+        return self._frame_sums(codes) + self.project_text(text_ids)
+
+    def _frame_sums(self, codes: torch.Tensor) -> torch.Tensor:
+        """``[n, hidden]``: each frame's 16 code embeddings (``codes [n, 16]``) summed in one reduction, as the
+        official ``torch.cat(...).sum(1)`` (one rounding in bf16, not fifteen)."""
+        residual = self.code_predictor.model.codec_embedding
+        parts = [self.model.codec_embedding(codes[:, 0])]
+        parts += [embedding(codes[:, group + 1]) for group, embedding in enumerate(residual)]
+        return torch.stack(parts, dim=1).sum(1)
 
     # -- outputs ----------------------------------------------------------------------------
 
@@ -377,7 +382,7 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         scores = codebook0_scores(codec[rows].float(), tables, rows, self.codec_vocab, self.batch.eos_token_id)
         code0 = tables.code0_sampling(rows, all(s.spec.greedy for _, s in live)).pick(CODEBOOK0_GROUP, scores)
         sampling = tables.sampling(rows, all(s.spec.subtalker_greedy for _, s in live))
-        residuals = self.code_predictor.predict(hidden_states[rows], self.model.codec_embedding(code0), sampling)
+        residuals = self.residual_predictor.predict(hidden_states[rows], self.model.codec_embedding(code0), sampling)
         tables.history[rows, code0] = True  # the repetition-penalty history and frame counts of these rows
         tables.frames[rows] += 1
         frames = torch.cat((code0.unsqueeze(1), residuals), dim=1)
@@ -431,6 +436,8 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         if missing:
             raise ValueError(f"the checkpoint lacks {len(missing)} talker tensors, e.g. {missing[:5]}")
         self._use_engine_gemm()
+        self.residual_predictor = FusedCodePredictor(self.code_predictor, gemm=engine_projection())
+        _release_projections(self.code_predictor)
         return loaded
 
     def _use_engine_gemm(self) -> None:
@@ -448,8 +455,8 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
             return
         from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
-        for module in self.modules():
-            if type(module) is nn.Linear:
+        for name, module in self.named_modules():
+            if type(module) is nn.Linear and not name.startswith("code_predictor."):  # the fused predictor's own
                 dispatch_cpu_unquantized_gemm(module, remove_weight=False)
                 module.forward = _engine_linear(module)
 
@@ -470,6 +477,41 @@ class _HostIndices:
         if device.type == "cpu":
             return torch.tensor(self.values, dtype=torch.long)
         return torch.tensor(self.values, dtype=torch.long).pin_memory().to(device, non_blocking=True)
+
+
+class _OneDNNProjection(Projection):
+    """A projection on vLLM's CPU GEMM (oneDNN, weights prepacked at its creation), written into a given buffer."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        from vllm import _custom_ops as ops
+
+        self.handler, self.bias = ops.create_onednn_mm(weight.t(), 32), bias
+
+    def into(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        torch.ops._C.onednn_mm(out, x, self.bias, self.handler.handler_tensor)
+
+    def add_into(self, x: torch.Tensor, target: torch.Tensor, scratch: torch.Tensor) -> None:
+        self.into(x, scratch)
+        target.add_(scratch)
+
+
+def engine_projection():
+    """The projection the fused code predictor uses on this platform: vLLM's oneDNN GEMM on a CPU that has it
+    (streams a step's few rows several times faster than ``torch.mm``), plain torch elsewhere."""
+    from vllm import _custom_ops as ops
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu() and getattr(ops, "_supports_onednn", False):
+        return _OneDNNProjection
+    return Projection
+
+
+def _release_projections(predictor: Qwen3TTSCodePredictor) -> None:
+    """Free the unfused predictor's projection weights (the fused one holds its own); its embeddings stay (the
+    talker's frame inputs read them)."""
+    for module in (*predictor.model.layers.modules(), *predictor.lm_head, predictor.small_to_mtp_projection):
+        if isinstance(module, nn.Linear):
+            module.weight = nn.Parameter(module.weight.new_empty(0), requires_grad=False)
 
 
 def _engine_linear(module: nn.Linear):

@@ -51,19 +51,26 @@ def unit_interval(bits: torch.Tensor) -> torch.Tensor:
 
 
 def counter_uniforms(keys: torch.Tensor, width: int) -> torch.Tensor:
-    """``float32[B, width]`` uniforms in (0, 1), never 0 or 1, a pure function of each row's int64 ``key`` and the
-    column (:func:`unit_interval` of their hash)."""
+    """``float32[*keys.shape, width]`` uniforms in (0, 1), never 0 or 1, a pure function of each int64 ``key`` and
+    the column (:func:`unit_interval` of their hash)."""
     columns = torch.arange(width, dtype=torch.int64, device=keys.device)
-    return unit_interval(splitmix64(splitmix64(keys).unsqueeze(1) + columns))
+    return unit_interval(splitmix64(splitmix64(keys).unsqueeze(-1) + columns))
+
+
+def gumbel_noise(keys: torch.Tensor, width: int) -> torch.Tensor:
+    """``-log(-log(u))`` of :func:`counter_uniforms`: the Gumbel-max trick's noise, finite everywhere."""
+    return -torch.log(-torch.log(counter_uniforms(keys, width)))
 
 
 # The key group of codebook 0 (residual codebook ``g`` uses group ``g - 1``; groups are below 64).
 CODEBOOK0_GROUP = 63
 
 
-def row_keys(seeds: torch.Tensor, frames: torch.Tensor, group: int) -> torch.Tensor:
+def row_keys(seeds: torch.Tensor, frames: torch.Tensor, group: int | torch.Tensor) -> torch.Tensor:
     """One int64 key per row for (seed, frame index, ``group``: residual codebook ``group + 1``, or
-    :data:`CODEBOOK0_GROUP`)."""
+    :data:`CODEBOOK0_GROUP`); ``group`` a tensor of groups gives ``[B, groups]`` keys (every group's at once)."""
+    if isinstance(group, torch.Tensor):
+        return splitmix64((splitmix64(seeds) + frames * 64).unsqueeze(1) + group)
     return splitmix64(splitmix64(seeds) + frames * 64 + group)
 
 
@@ -91,20 +98,45 @@ class ResidualSampling:
         chosen = logits.argmax(dim=-1)
         if self.all_greedy:
             return chosen
-        scores = logits.float() / self.temperature.clamp(min=1e-5).unsqueeze(1)
-        width = scores.shape[-1]
+        draws = self.draws(torch.tensor([group], device=logits.device), logits.shape[-1])
+        return draws.pick(0, logits, chosen)
+
+    def draws(self, groups: torch.Tensor, width: int) -> StepDraws:
+        """Everything the sampled rows of ``groups`` (int64[G]) need that the logits do not decide, made once."""
+        k = torch.where((self.top_k > 0) & (self.top_k < width), self.top_k, torch.full_like(self.top_k, width))
+        return StepDraws(
+            greedy=self.greedy,
+            temperature=self.temperature.clamp(min=1e-5).unsqueeze(1),
+            kth_index=(width - k).unsqueeze(1),
+            tail=(1 - self.top_p).unsqueeze(1),
+            gumbel=gumbel_noise(row_keys(self.seeds, self.frames, groups), width),
+        )
+
+
+@dataclass(frozen=True)
+class StepDraws:
+    """The sampling inputs of several codebooks of one batch, made before any of their logits exist (one step's
+    random draws at once, not one codebook at a time): per row ``greedy`` bool[B], ``temperature`` (clamped),
+    ``kth_index`` (the ascending position of the top-k threshold) and ``tail`` (``1 - top_p``) as [B, 1] columns,
+    and ``gumbel`` float32[B, G, codebook], codebook ``g``'s noise at ``[:, g]``."""
+
+    greedy: torch.Tensor
+    temperature: torch.Tensor
+    kth_index: torch.Tensor
+    tail: torch.Tensor
+    gumbel: torch.Tensor
+
+    def pick(self, index: int, logits: torch.Tensor, chosen: torch.Tensor, out: torch.Tensor | None = None):
+        """Codes from ``logits [B, codebook]`` with the noise at ``index``: ``chosen`` (the argmax) on greedy rows,
+        a draw on the others (into ``out`` when given)."""
+        scores = logits.float() / self.temperature
         ascending, order = torch.sort(scores, dim=-1)
         # top-k: keep scores >= the k-th largest (k = 0 or >= width: keep all), as transformers' TopKLogitsWarper.
-        k = torch.where((self.top_k > 0) & (self.top_k < width), self.top_k, torch.full_like(self.top_k, width))
-        kth = ascending.gather(1, (width - k).unsqueeze(1))
-        ascending = ascending.masked_fill(ascending < kth, float("-inf"))
+        ascending.masked_fill_(ascending < ascending.gather(1, self.kth_index), float("-inf"))
         # top-p: drop the low tail whose cumulative probability is <= 1 - top_p; the best code always stays.
-        cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
-        drop = cumulative <= (1 - self.top_p).unsqueeze(1)
+        drop = ascending.softmax(dim=-1).cumsum(dim=-1) <= self.tail
         drop[:, -1] = False
-        ascending = ascending.masked_fill(drop, float("-inf"))
+        ascending.masked_fill_(drop, float("-inf"))
         filtered = torch.empty_like(scores).scatter_(1, order, ascending)
-        uniforms = counter_uniforms(row_keys(self.seeds, self.frames, group), width)
-        gumbel = -torch.log(-torch.log(uniforms))
-        sampled = (filtered + gumbel).argmax(dim=-1)
-        return torch.where(self.greedy, chosen, sampled)
+        sampled = (filtered + self.gumbel[:, index]).argmax(dim=-1)
+        return torch.where(self.greedy, chosen, sampled, out=out)

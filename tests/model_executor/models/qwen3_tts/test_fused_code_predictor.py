@@ -1,0 +1,101 @@
+"""The fused code predictor: the reference's codes, in a fraction of its ATen ops (what a GPU launches per step)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from vllm_omni.model_executor.models.qwen3_tts.code_predictor_graphs import BucketedCodePredictor
+from vllm_omni.model_executor.models.qwen3_tts.fused_code_predictor import FusedCodePredictor
+
+TOOL = Path(__file__).resolve().parents[4] / "tools" / "gpu_check.py"
+# ATen ops of one step at the 0.6B code predictor's sizes (5 layers, 15 passes), any batch: torch 2.13 (pinned).
+FUSED_OPS = {"greedy": 1129, "sampled": 1490}
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts every ATen op dispatched (views included) while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+
+def _inputs(gpu_check, rows: int, width: int, mode: str, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    hidden, code0 = (torch.randn(rows, width, generator=generator) for _ in range(2))
+    sampling = gpu_check.sampling(rows, "cpu", seed=seed)
+    if mode == "greedy":
+        sampling = dataclasses.replace(sampling, all_greedy=True, greedy=torch.ones(rows, dtype=torch.bool))
+    elif mode == "sampled":
+        sampling = dataclasses.replace(sampling, greedy=torch.zeros(rows, dtype=torch.bool))
+    return hidden, code0, sampling
+
+
+@pytest.mark.parametrize("geometry", ["small", "released"])
+def test_codes_equal_the_reference_greedy_sampled_and_mixed(gpu_check, geometry: str):
+    predictor, width = gpu_check.code_predictor(geometry)
+    fused = FusedCodePredictor(predictor)
+    for rows, mode, seed in ((1, "greedy", 0), (3, "sampled", 1), (16, "mixed", 2), (5, "mixed", 3)):
+        inputs = _inputs(gpu_check, rows, width, mode, seed)
+        assert torch.equal(fused.predict(*inputs), predictor.predict(*inputs)), (rows, mode)
+
+
+def test_a_projection_from_a_wider_talker_is_folded_into_the_code_tables(gpu_check):
+    predictor, width = gpu_check.code_predictor("small")  # talker 96 wide, predictor 64: a real projection
+    assert isinstance(predictor.small_to_mtp_projection, torch.nn.Linear)
+    fused = FusedCodePredictor(predictor)
+    assert fused.tables[0].shape == (predictor.config.vocab_size, predictor.config.hidden_size)
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sampled"])
+def test_a_step_takes_at_least_four_times_fewer_aten_ops(gpu_check, mode: str):
+    predictor, width = gpu_check.code_predictor("released")
+    fused = FusedCodePredictor(predictor)
+    counts = {}
+    for rows in (1, 16):
+        inputs = _inputs(gpu_check, rows, width, mode)
+        fused.predict(*inputs)  # the workspace of this batch size exists from here on
+        with OpCounter() as reference:
+            predictor.predict(*inputs)
+        with OpCounter() as ours:
+            fused.predict(*inputs)
+        counts[rows] = (reference.total, ours.total)
+    assert counts[1] == counts[16], counts  # the count does not grow with the batch
+    reference_ops, fused_ops = counts[1]
+    assert fused_ops == FUSED_OPS[mode], ours.ops.most_common()
+    assert reference_ops >= 4 * fused_ops, counts
+
+
+def test_workspaces_are_bounded_and_padded_rows_never_change_real_rows(gpu_check):
+    predictor, width = gpu_check.code_predictor("small")
+    fused = FusedCodePredictor(predictor)
+    for rows in range(1, FusedCodePredictor.MAX_WORKSPACES + 4):
+        fused.predict(*_inputs(gpu_check, rows, width, "mixed", rows))
+    assert len(fused._workspaces) == FusedCodePredictor.MAX_WORKSPACES
+    bucketed = BucketedCodePredictor(fused, buckets=(4,))
+    for rows in (1, 3, 4, 6):  # 6: beyond the largest bucket, at its own size
+        inputs = _inputs(gpu_check, rows, width, "mixed", 10 + rows)
+        assert torch.equal(bucketed.predict(*inputs), predictor.predict(*inputs)), rows
