@@ -64,7 +64,7 @@ def test_codes_equal_the_reference_greedy_sampled_and_mixed(gpu_check, geometry:
 
 
 def test_a_projection_from_a_wider_talker_is_folded_into_the_code_tables(gpu_check):
-    predictor, width = gpu_check.code_predictor("small")  # talker 96 wide, predictor 64: a real projection
+    predictor, _ = gpu_check.code_predictor("small")  # talker 96 wide, predictor 64: a real projection
     assert isinstance(predictor.small_to_mtp_projection, torch.nn.Linear)
     fused = FusedCodePredictor(predictor)
     assert fused.tables[0].shape == (predictor.config.vocab_size, predictor.config.hidden_size)

@@ -38,7 +38,7 @@ import torch
 from torch.nn import functional as F
 
 from .code_predictor import Qwen3TTSCodePredictor
-from .residual_sampler import ResidualSampling, StepDraws
+from .residual_sampler import ResidualSampling
 
 
 class Projection:
@@ -126,7 +126,8 @@ class FusedCodePredictor:
     def __init__(self, predictor: Qwen3TTSCodePredictor, gemm: GemmFactory = Projection) -> None:
         config = predictor.config
         self.config = config
-        self.heads, self.kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = config.head_dim
         self.groups, self.positions = config.num_code_groups - 1, config.num_code_groups
         self.eps = config.rms_norm_eps
         model = predictor.model
@@ -149,9 +150,8 @@ class FusedCodePredictor:
                 if attn.q_proj.bias is not None:
                     qkv_bias = torch.cat((attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias))
                 gate_up = torch.cat((mlp["gate_proj"].weight, mlp["up_proj"].weight))
-                norm = torch.cat(
-                    (attn.q_norm.weight.float().expand(self.heads, -1), attn.k_norm.weight.float().expand(self.kv_heads, -1))
-                )  # [heads + kv_heads, head_dim]
+                q_norm, k_norm = attn.q_norm.weight.float(), attn.k_norm.weight.float()
+                norm = torch.cat((q_norm.expand(self.heads, -1), k_norm.expand(self.kv_heads, -1)))  # [heads + kv, dim]
                 self.layers.append(
                     _Layer(
                         qkv=gemm(_fold(qkv, layer.input_layernorm.weight), qkv_bias),
@@ -315,7 +315,8 @@ def load(space: Workspace, rows: int, hidden: torch.Tensor, code0: torch.Tensor,
     if rows < space.batch:
         space.hidden[rows:] = 0
         space.code0[rows:] = 0
-        for name, spare in (("greedy", True), ("temperature", 1.0), ("top_k", 0), ("top_p", 1.0), ("seeds", 0), ("frames", 0)):
+        spares = {"greedy": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seeds": 0, "frames": 0}
+        for name, spare in spares.items():
             getattr(static, name)[rows:] = spare
 
 

@@ -34,7 +34,6 @@ from torch.nn import functional as F
 from .batch_layout import row_starts
 from .code_predictor import Qwen3TTSCodePredictor
 from .configuration_qwen3_tts import Qwen3TTSConfig
-from .fused_code_predictor import FusedCodePredictor, Projection
 from .engine_contract import (
     LOGITS_PROCESSOR,
     LOGPROBS_MODE,
@@ -45,6 +44,7 @@ from .engine_contract import (
     voice_base,
     widen_logits,
 )
+from .fused_code_predictor import FusedCodePredictor, Projection
 from .logits_processor import codebook0_scores
 from .request_state import TalkerRequestState
 from .residual_sampler import CODEBOOK0_GROUP
