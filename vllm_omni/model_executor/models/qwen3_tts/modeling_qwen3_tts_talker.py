@@ -30,13 +30,13 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 from torch.nn import functional as F
+from vllm.compilation.decorators import support_torch_compile
 
 from .batch_layout import row_starts
 from .code_predictor import Qwen3TTSCodePredictor
+from .code_predictor_graphs import BUCKETS, BucketedCodePredictor
 from .configuration_qwen3_tts import Qwen3TTSConfig
 from .engine_contract import (
-    LOGITS_PROCESSOR,
-    LOGPROBS_MODE,
     SPEAKER_SLOT,
     VOICE_SLOTS,
     engine_vocab_size,
@@ -44,6 +44,7 @@ from .engine_contract import (
     voice_base,
     widen_logits,
 )
+from .engine_settings import engine_problems, on_gpu
 from .fused_code_predictor import FusedCodePredictor, Projection
 from .logits_processor import codebook0_scores
 from .request_state import TalkerRequestState
@@ -58,47 +59,11 @@ class TalkerEngineError(RuntimeError):
 
 
 def check_engine(vllm_config) -> None:
-    """Refuse engine settings under which the talker's frames would be wrong, naming the fix."""
-    model_config = vllm_config.model_config
-    problems = []
-    if getattr(vllm_config, "use_v2_model_runner", False):
-        problems.append(
-            "vLLM chose its V2 model runner, whose logits-processor interface the talker does not implement: "
-            "set VLLM_USE_V2_MODEL_RUNNER=0"
-        )
-    processors = [
-        p if isinstance(p, str) else f"{p.__module__}:{p.__qualname__}" for p in model_config.logits_processors or []
-    ]
-    if LOGITS_PROCESSOR not in processors:
-        problems.append(f"the talker needs its logits processor: pass logits_processors=['{LOGITS_PROCESSOR}']")
-    if vllm_config.cache_config.enable_prefix_caching:
-        problems.append(
-            "prefix caching would share KV blocks between requests whose generated positions look alike but "
-            "carry different residual codes: disable it (enable_prefix_caching=False / --no-enable-prefix-caching)"
-        )
-    if model_config.logprobs_mode != LOGPROBS_MODE:
-        problems.append(
-            f"logprobs_mode must be {LOGPROBS_MODE!r} (the residual-code channel), got {model_config.logprobs_mode!r}"
-        )
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu() and not model_config.enforce_eager:
-        problems.append(
-            "CUDA graphs would replay the talker's forward without its per-request steps (code predictor, frame "
-            "state): pass enforce_eager=True (--enforce-eager)"
-        )
-    if getattr(vllm_config.scheduler_config, "async_scheduling", False):
-        problems.append(
-            "async scheduling (vLLM's GPU default) gives the talker output-token lists with -1 placeholders for "
-            "tokens not yet resolved, and the talker reads a request's last token to know it finished: pass "
-            "async_scheduling=False (--no-async-scheduling)"
-        )
-    if vllm_config.speculative_config is not None:
-        problems.append("speculative decoding is not supported by the talker")
-    if vllm_config.parallel_config.tensor_parallel_size != 1 or vllm_config.parallel_config.pipeline_parallel_size != 1:
-        problems.append("the talker runs on one device: tensor/pipeline parallel size must be 1")
+    """Refuse engine settings under which the talker's frames would be wrong, in one line naming each fix
+    (:func:`~.engine_settings.engine_problems`: the table :func:`~.engine_settings.talker_engine_args` applies)."""
+    problems = engine_problems(vllm_config)
     if problems:
-        raise TalkerEngineError("Qwen3-TTS talker cannot run with these engine settings:\n- " + "\n- ".join(problems))
+        raise TalkerEngineError("Qwen3-TTS talker cannot run with these engine settings: " + "; ".join(problems))
 
 
 class TextProjection(nn.Module):
@@ -113,10 +78,15 @@ class TextProjection(nn.Module):
         return self.linear_fc2(F.silu(self.linear_fc1(x)))
 
 
+@support_torch_compile(dynamic_arg_dims={"positions": 0, "inputs_embeds": 0}, enable_if=lambda vllm_config: on_gpu())
 class TalkerLM(nn.Module):
-    """``talker.model``: codec/text embeddings, Qwen3 decoder layers on vLLM's attention, final norm."""
+    """``talker.model``: codec/text embeddings, Qwen3 decoder layers on vLLM's attention, final norm.
 
-    def __init__(self, vllm_config, prefix: str) -> None:
+    Compiled by vLLM on a GPU when the engine compiles (a PIECEWISE CUDA graph mode, ``engine_settings``): its
+    forward is the layer stack alone, so piecewise graphs hold no per-request host work. On a CPU it runs
+    eagerly (the path this project checks there)."""
+
+    def __init__(self, *, vllm_config, prefix: str = "") -> None:
         super().__init__()
         from vllm.model_executor.layers.layernorm import RMSNorm
         from vllm.model_executor.models.qwen3 import Qwen3DecoderLayer
@@ -159,7 +129,7 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         self.groups = talker.num_code_groups
         self.codebook_size = talker.codebook_size
         self.vocab = engine_vocab_size(self.codec_vocab, self.groups, self.codebook_size)
-        self.model = TalkerLM(vllm_config, prefix="model")
+        self.model = TalkerLM(vllm_config=vllm_config, prefix="model")
         self.text_projection = TextProjection(talker.text_hidden_size, talker.hidden_size)
         self.codec_head = nn.Linear(talker.hidden_size, talker.vocab_size, bias=False)
         self.code_predictor = Qwen3TTSCodePredictor(talker.code_predictor_config, talker.hidden_size)
@@ -169,7 +139,9 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         self.register_buffer("residual_offsets", torch.tensor(offsets, dtype=torch.long), persistent=False)
         self.cache_config = vllm_config.cache_config  # its block_size splits a step's tokens by row
         self.batch = talker_batch(vllm_config)  # shared with the engine's logits processor
-        self.residual_predictor: FusedCodePredictor | None = None  # made from the loaded weights
+        self.residual_predictor: FusedCodePredictor | BucketedCodePredictor | None = None  # from the loaded weights
+        self.max_rows = vllm_config.scheduler_config.max_num_seqs
+        self.capture_predictor = bool((vllm_config.additional_config or {}).get("code_predictor_cuda_graphs", True))
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -436,9 +408,31 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         if missing:
             raise ValueError(f"the checkpoint lacks {len(missing)} talker tensors, e.g. {missing[:5]}")
         self._use_engine_gemm()
-        self.residual_predictor = FusedCodePredictor(self.code_predictor, gemm=engine_projection())
+        fused = FusedCodePredictor(self.code_predictor, gemm=engine_projection())
         _release_projections(self.code_predictor)
+        self.residual_predictor = self._warm(fused)
         return loaded
+
+    def _warm(self, fused: FusedCodePredictor) -> FusedCodePredictor | BucketedCodePredictor:
+        """The code predictor ready before the first request: on CUDA every batch bucket captured in CUDA graphs
+        (greedy and mixed, one memory pool; eager buckets if capture fails, with a warning); elsewhere one greedy
+        and one mixed pass at the batch sizes a step most often has, so the GEMM kernels a step picks exist."""
+        device = fused.device
+        if device.type == "cuda":
+            largest = min(self.max_rows, BUCKETS[-1])  # batches beyond it run eagerly
+            bucketed = BucketedCodePredictor(fused, tuple(sorted({*(b for b in BUCKETS if b < largest), largest})))
+            if self.capture_predictor:
+                try:
+                    bucketed.capture_all()
+                except RuntimeError as error:  # the eager buckets compute the same codes
+                    bucketed.graphs.clear()
+                    logger.warning("code predictor CUDA graph capture failed, running it eagerly: %s", error)
+            return bucketed
+        for rows in sorted({1, min(8, self.max_rows)}):
+            space = fused.workspace(rows)  # zeros: greedy rows on zero inputs
+            fused.run(space, all_greedy=True)
+            fused.run(space, all_greedy=False)
+        return fused
 
     def _use_engine_gemm(self) -> None:
         """Run the plain ``nn.Linear`` layers (code predictor, codec head, text projection) on the GEMM kernels
