@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from vllm_omni.model_executor.models.qwen3_tts.code_predictor_graphs import BucketedCodePredictor
+from vllm_omni.model_executor.models.qwen3_tts.fused_code_predictor import FusedCodePredictor
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "gpu_check.py"
 
@@ -28,20 +29,25 @@ def gpu_check():
 
 def test_every_check_but_the_capture_passes_on_the_cpu(gpu_check, tmp_path: Path, capsys):
     args = ["--device", "cpu", "--geometry", "small", "--frames", "24", "--repeats", "1", "--batches", "1", "5"]
-    args += ["--out", str(tmp_path)]
+    args += ["--speed-batches", "1", "8", "--out", str(tmp_path)]
     assert gpu_check.main(args) == 0, capsys.readouterr().out
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     predictor = [row for row in report["rows"] if row["check"] == "code_predictor"]
-    assert {(row["dtype"], row["batch"]) for row in predictor} == {
-        (dtype, batch) for dtype in ("float32", "bfloat16") for batch in (1, 5)
+    assert {(row["dtype"], row["batch"], row["bucket"]) for row in predictor} == {
+        (dtype, batch, bucket) for dtype in ("float32", "bfloat16") for batch, bucket in ((1, 1), (5, 8))
     }
     for row in predictor:
         assert row["graph_equal"] and row["global_rng_untouched"] and not row["captured"]
         if row["dtype"] == "float32":
             assert row["greedy_equal_share"] == 1.0 and row["sampled_equal_share"] in (None, 1.0)
+    speed = {row["batch"]: row for row in report["rows"] if row["check"] == "code_predictor_speed"}
+    assert set(speed) == {1, 8}
+    kernels = speed[8]["kernels"]  # ATen ops on a CPU
+    assert kernels["reference"] >= 4 * kernels["fused"], kernels
     decoder = {row["check"]: row for row in report["rows"] if row["check"].startswith("decoder")}
     assert decoder["decoder_full"]["snr_db"] > 100 and decoder["decoder_stateful"]["snr_db"] > 90
-    assert "| code_predictor | bfloat16 | 5 |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| code_predictor | small | bfloat16 | 5 (8) |" in out and "| small | float32 | 8 |" in out
 
 
 def test_a_failed_check_is_named_and_the_exit_code_says_so(gpu_check):
@@ -50,8 +56,11 @@ def test_a_failed_check_is_named_and_the_exit_code_says_so(gpu_check):
          "graph_equal": False, "global_rng_untouched": True},
         {"check": "decoder_full", "dtype": "float32", "batch": 24, "snr_db": 12.0, "samples_equal_length": True},
     ]  # fmt: skip
+    rows.append({"check": "code_predictor", "dtype": "bfloat16", "batch": 4, "greedy_equal_share": 0.1,
+                 "graph_equal": True, "global_rng_untouched": False})  # fmt: skip
     lines = gpu_check.failures(rows)
-    assert len(lines) == 3 and "greedy rows differ" in lines[0] and "replayed" in lines[1] and "12.0 dB" in lines[2]
+    assert len(lines) == 5 and "greedy rows differ" in lines[0] and "replayed" in lines[1] and "12.0 dB" in lines[2]
+    assert "bf16 greedy codes agree with fp32's in 0.100" in lines[3] and "RNG" in lines[4]
 
 
 def test_without_cuda_it_says_what_to_pass(gpu_check, capsys):
@@ -63,7 +72,7 @@ def test_without_cuda_it_says_what_to_pass(gpu_check, capsys):
 
 def test_buckets_pad_a_step_to_a_static_size_without_changing_its_rows(gpu_check):
     predictor, talker_hidden = gpu_check.code_predictor("small")
-    bucketed = BucketedCodePredictor(predictor, talker_hidden, buckets=(2, 8))
+    bucketed = BucketedCodePredictor(FusedCodePredictor(predictor), buckets=(2, 8))
     assert [bucketed.bucket_size(n) for n in (1, 2, 3, 8, 9)] == [2, 2, 8, 8, None]
     generator = torch.Generator().manual_seed(3)
     for rows in (1, 3, 8, 11):  # 11: beyond the largest bucket, eager at its own size
@@ -71,4 +80,4 @@ def test_buckets_pad_a_step_to_a_static_size_without_changing_its_rows(gpu_check
         sampling = gpu_check.sampling(rows, "cpu")
         assert torch.equal(bucketed.predict(hidden, code0, sampling), predictor.predict(hidden, code0, sampling))
     with pytest.raises(ValueError, match="increasing sizes"):
-        BucketedCodePredictor(predictor, talker_hidden, buckets=(4, 2))
+        BucketedCodePredictor(FusedCodePredictor(predictor), buckets=(4, 2))
