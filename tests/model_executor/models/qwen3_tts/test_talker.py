@@ -242,9 +242,13 @@ class _CudaLike:
 
 @contextlib.contextmanager
 def _one_process_group():
-    """vLLM's distributed state for one process (its layers read the tensor-parallel group when built)."""
+    """vLLM's distributed state for one process (its layers read the tensor-parallel group when built); an
+    in-process engine of an earlier test may have made it already, and keeps it."""
     from vllm.distributed import parallel_state
 
+    if parallel_state.model_parallel_is_initialized():
+        yield
+        return
     parallel_state.init_distributed_environment(
         world_size=1, rank=0, local_rank=0, distributed_init_method=f"tcp://127.0.0.1:{_free_port()}", backend="gloo"
     )
@@ -290,6 +294,7 @@ def _resolved_on_a_gpu(checkpoint: Path, monkeypatch, given: dict):
 def test_the_engine_starts_with_the_talker_defaults_under_a_gpu_config_or_refuses_in_one_line(
     talker_checkpoint: Path, monkeypatch
 ):
+    from vllm import envs
     from vllm.config import set_current_vllm_config
     from vllm.platforms import current_platform
 
@@ -299,6 +304,7 @@ def test_the_engine_starts_with_the_talker_defaults_under_a_gpu_config_or_refuse
         check_engine,
     )
 
+    envs.disable_envs_cache()  # an in-process engine of an earlier test cached the environment
     monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
     monkeypatch.setattr(type(current_platform), "is_cpu", lambda self: False)
     args, config = _resolved_on_a_gpu(talker_checkpoint, monkeypatch, {})
