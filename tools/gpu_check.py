@@ -58,10 +58,11 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
 BATCHES = (1, 3, 16, 48)  # 3 and 48 run in padded buckets (4, 64)
 SPEED_BATCHES = BUCKETS  # 1 .. 64
 MIN_DECODER_SNR_DB = 60.0  # fp32 on two devices: kernels differ in summation order, not in the result
-# bf16 greedy codes equal to fp32's, share of all codes: bf16's 8-bit mantissa flips picks whose top-2 gap is
-# below about 1% of the logits' scale, and a flip changes the frame's later codes. These random weights spread
-# like a trained model's; the CPU measured 0.6-0.9 (B = 1 .. 48) at the released sizes.
-MIN_BF16_AGREEMENT = 0.5
+# bf16 greedy codes equal to fp32's, over all the greedy rows of a geometry's batches (68 frames, 34 greedy): bf16's
+# 8-bit mantissa flips picks whose top-2 gap is below about 1% of the logits' scale, and a flip changes the frame's
+# later codes, so one frame alone says little (B = 1 measured 0.40 and 1.00). These random weights spread like a
+# trained model's; the CPU measured 0.89 (0.6B) and 0.88 (1.7B) pooled.
+MIN_BF16_AGREEMENT = 0.75
 _RELEASED = {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 5, "num_attention_heads": 16,
              "num_key_value_heads": 8, "head_dim": 128}  # fmt: skip
 # The code predictor of the released checkpoints (0.6B and 1.7B: Qwen3TTSCodePredictorConfig's defaults; the
@@ -164,6 +165,7 @@ def check_code_predictor(geometry: str, device: torch.device, repeats: int, batc
                     "batch": batch,
                     "bucket": bucketed.bucket_size(batch),
                     "greedy_equal_share": float((codes[greedy] == reference[greedy]).float().mean()),
+                    "greedy_codes": int(greedy.sum()) * codes.shape[1],
                     "sampled_equal_share": float((codes[~greedy] == reference[~greedy]).float().mean())
                     if (~greedy).any()
                     else None,
@@ -296,8 +298,6 @@ def failures(rows: list[dict]) -> list[str]:
             share = row["greedy_equal_share"]
             if row["dtype"] == "float32" and share != 1.0:
                 bad.append(f"{name}: greedy rows differ from the CPU in fp32 ({share:.3f} equal)")
-            if row["dtype"] == "bfloat16" and share < MIN_BF16_AGREEMENT:
-                bad.append(f"{name}: bf16 greedy codes agree with fp32's in {share:.3f} (want >= {MIN_BF16_AGREEMENT})")
             if not row["graph_equal"]:
                 bad.append(f"{name}: the bucketed/replayed predictor differs from eager execution")
             if not row["global_rng_untouched"]:
@@ -306,7 +306,22 @@ def failures(rows: list[dict]) -> list[str]:
             row["snr_db"] < MIN_DECODER_SNR_DB or not row["samples_equal_length"]
         ):
             bad.append(f"{name}: {row['snr_db']:.1f} dB against the CPU (want >= {MIN_DECODER_SNR_DB})")
+    for geometry, share in bf16_agreement(rows).items():
+        if share < MIN_BF16_AGREEMENT:
+            bad.append(f"code_predictor {geometry} bfloat16: greedy codes agree with fp32's in {share:.3f} over all "
+                       f"batches (want >= {MIN_BF16_AGREEMENT})")  # fmt: skip
     return bad
+
+
+def bf16_agreement(rows: list[dict]) -> dict[str, float]:
+    """Per geometry, the share of bf16 greedy codes equal to the fp32 CPU reference's, over all its batches."""
+    pooled: dict[str, list[float]] = {}
+    for row in rows:
+        if row["check"] == "code_predictor" and row["dtype"] == "bfloat16":
+            equal, total = pooled.setdefault(row.get("geometry", ""), [0.0, 0])
+            count = row.get("greedy_codes", 1)
+            pooled[row.get("geometry", "")] = [equal + row["greedy_equal_share"] * count, total + count]
+    return {geometry: equal / total for geometry, (equal, total) in pooled.items() if total}
 
 
 def _cell(value, fmt="{:.3f}"):
@@ -395,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2))
     print(table(rows))
+    for geometry, share in bf16_agreement(rows).items():
+        print(f"bf16 greedy codes equal to fp32's ({geometry}, all batches): {share:.3f} (>= {MIN_BF16_AGREEMENT})")
     for line in bad:
         print(f"FAILED: {line}")
     print(

@@ -56,11 +56,14 @@ def test_a_failed_check_is_named_and_the_exit_code_says_so(gpu_check):
          "graph_equal": False, "global_rng_untouched": True},
         {"check": "decoder_full", "dtype": "float32", "batch": 24, "snr_db": 12.0, "samples_equal_length": True},
     ]  # fmt: skip
-    rows.append({"check": "code_predictor", "dtype": "bfloat16", "batch": 4, "greedy_equal_share": 0.1,
-                 "graph_equal": True, "global_rng_untouched": False})  # fmt: skip
+    bf16 = {"check": "code_predictor", "geometry": "0.6b", "dtype": "bfloat16", "graph_equal": True,
+            "global_rng_untouched": False}  # fmt: skip
+    rows += [{**bf16, "batch": 1, "greedy_equal_share": 0.4, "greedy_codes": 15},  # one frame: pooled with the rest
+             {**bf16, "batch": 4, "greedy_equal_share": 0.6, "greedy_codes": 30}]  # fmt: skip
     lines = gpu_check.failures(rows)
-    assert len(lines) == 5 and "greedy rows differ" in lines[0] and "replayed" in lines[1] and "12.0 dB" in lines[2]
-    assert "bf16 greedy codes agree with fp32's in 0.100" in lines[3] and "RNG" in lines[4]
+    assert len(lines) == 6 and "greedy rows differ" in lines[0] and "replayed" in lines[1] and "12.0 dB" in lines[2]
+    assert "RNG" in lines[3] and "RNG" in lines[4]
+    assert "0.6b bfloat16: greedy codes agree with fp32's in 0.533 over all batches" in lines[5]
 
 
 def test_without_cuda_it_says_what_to_pass(gpu_check, capsys):

@@ -54,7 +54,7 @@ def _inputs(gpu_check, rows: int, width: int, mode: str, seed: int = 0):
     return hidden, code0, sampling
 
 
-@pytest.mark.parametrize("geometry", ["small", "released"])
+@pytest.mark.parametrize("geometry", ["small", "0.6b", "1.7b"])
 def test_codes_equal_the_reference_greedy_sampled_and_mixed(gpu_check, geometry: str):
     predictor, width = gpu_check.code_predictor(geometry)
     fused = FusedCodePredictor(predictor)
@@ -72,7 +72,7 @@ def test_a_projection_from_a_wider_talker_is_folded_into_the_code_tables(gpu_che
 
 @pytest.mark.parametrize("mode", ["greedy", "sampled"])
 def test_a_step_takes_at_least_four_times_fewer_aten_ops(gpu_check, mode: str):
-    predictor, width = gpu_check.code_predictor("released")
+    predictor, width = gpu_check.code_predictor("0.6b")
     fused = FusedCodePredictor(predictor)
     counts = {}
     for rows in (1, 16):

@@ -8,8 +8,8 @@ runs the same math with the weights rearranged once, after loading:
 * q/k/v merged into one projection, gate/up into another; the RMSNorm weights before them (the layer's
   input and post-attention norms, the final norm before the heads) folded into their columns, so each norm
   is one fused normalisation without weight (``aten._fused_rms_norm``);
-* q/k norm and RoPE in three ops for all heads at once: the norm weights folded into per-position cos/sin
-  tables, ``rotate_half`` a column permutation with its sign in the sin table;
+* q/k norm and RoPE in four ops for all heads at once: the norm weights folded into per-position cos/sin
+  tables, ``rotate_half`` a roll by half the head with its sign in the sin table;
 * attention with grouped KV heads as one ``scaled_dot_product_attention`` (no repeat), straight from the
   K/V buffers: every position's q/k/v is written by the projection into its own slot of a per-layer buffer
   laid out ``[position, batch, ...]``, so a pass writes its K/V where the next passes read them;
@@ -140,7 +140,6 @@ class FusedCodePredictor:
         half = self.head_dim // 2
         permutation = torch.cat((torch.arange(half, self.head_dim), torch.arange(half))).to(self.device)
         sign = torch.cat((-torch.ones(half), torch.ones(half))).to(self.device)
-        self.permutation = permutation
         self.layers = []
         with torch.no_grad():
             for layer in model.layers:
@@ -291,7 +290,7 @@ class FusedCodePredictor:
         normed = rms_norm(stream, self.eps)
         layer.qkv.into(normed, views.qkv_out)
         heads = rms_norm(views.qk_heads, self.eps)
-        turned = torch.index_select(heads, -1, self.permutation)
+        turned = torch.roll(heads, self.head_dim // 2, -1)  # rotate_half's halves swapped (its sign is in rope_sin)
         torch.addcmul(heads * views.rope_cos, turned, views.rope_sin, out=views.roped)
         attended = F.scaled_dot_product_attention(views.q, views.k, views.v, is_causal=causal, enable_gqa=True)
         if causal:  # [B, heads, 2, dim] -> position-major rows
