@@ -95,6 +95,11 @@ def test_workspaces_are_bounded_and_padded_rows_never_change_real_rows(gpu_check
     for rows in range(1, FusedCodePredictor.MAX_WORKSPACES + 4):
         fused.predict(*_inputs(gpu_check, rows, width, "mixed", rows))
     assert len(fused._workspaces) == FusedCodePredictor.MAX_WORKSPACES
+    one_row = fused.workspace(1).nbytes
+    fused.MAX_WORKSPACE_BYTES = 3 * one_row  # bytes bound them too; the newest always stays
+    fused.predict(*_inputs(gpu_check, 2, width, "mixed"))
+    kept = fused._workspaces
+    assert 2 in kept and sum(space.nbytes for space in kept.values()) <= 3 * one_row
     bucketed = BucketedCodePredictor(fused, buckets=(4,))
     for rows in (1, 3, 4, 6):  # 6: beyond the largest bucket, at its own size
         inputs = _inputs(gpu_check, rows, width, "mixed", 10 + rows)

@@ -24,6 +24,11 @@ SYMBOLS = [
     ("vllm.model_executor.layers.layernorm", "RMSNorm", "the talker LM's final norm"),
     ("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm", "oneDNN GEMMs for the code predictor"),
     ("vllm.platforms", "current_platform", "CPU or GPU checks"),
+    ("vllm._custom_ops", "create_onednn_mm", "the fused code predictor's projections on a CPU (oneDNN)"),
+    ("vllm.compilation.decorators", "support_torch_compile", "the talker LM compiled on a GPU (PIECEWISE graphs)"),
+    ("vllm.v1.sample.sampler", "Sampler.gather_logprobs", "compiled at load (the first request's 3 s otherwise)"),
+    ("vllm.v1.sample.sampler", "Sampler.compute_logprobs", "the logprobs the warm-up gathers"),
+    ("vllm.config.compilation", "CUDAGraphMode.PIECEWISE", "the CUDA graph modes the talker allows"),
     ("vllm.engine.protocol", "StreamingInput", "text streamed into one running request (streaming-input sessions)"),
     ("vllm.v1.engine.async_llm", "AsyncLLM.generate", "frames streamed from the engine"),
     ("vllm.v1.engine.async_llm", "AsyncLLM._add_streaming_input_request", "resumable chunks of one request"),
@@ -49,6 +54,8 @@ FIELDS = [
     ("vllm.forward_context", "ForwardContext", "slot_mapping", "every backend's slots: rows without metadata"),
     ("vllm.config.vllm", "VllmConfig", "instance_id", "one TalkerBatch per engine"),
     ("vllm.config.cache", "CacheConfig", "block_size", "where a request's slots may jump"),
+    ("vllm.config.compilation", "CompilationConfig", "cudagraph_mode", "FULL modes refused, PIECEWISE allowed"),
+    ("vllm.config.vllm", "VllmConfig", "additional_config", "code_predictor_cuda_graphs"),
 ]
 
 

@@ -113,17 +113,20 @@ class Workspace:
     halves: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # rows -> (gate, up) views
     code_columns: list[torch.Tensor] = field(default_factory=list)  # codes[:, g]
     passes: list[list[_PassViews]] = field(default_factory=list)  # [pass][layer]
+    nbytes: int = 0  # of every buffer it holds
 
 
 class FusedCodePredictor:
     """``predict`` with the signature and the codes of :meth:`Qwen3TTSCodePredictor.predict`, from fused weights.
 
     Built from a loaded predictor (its device and dtype; build again after moving it). Keeps a workspace per
-    batch size (the most recent :data:`MAX_WORKSPACES`; :mod:`.code_predictor_graphs` keeps its own, one per
-    bucket).
+    batch size, the most recent first, at most :data:`MAX_WORKSPACES` and :data:`MAX_WORKSPACE_BYTES` together
+    (the newest is kept whatever its size; about 2.3 MB per row at the released sizes in fp32).
+    :mod:`.code_predictor_graphs` keeps its own, one per bucket.
     """
 
     MAX_WORKSPACES = 8
+    MAX_WORKSPACE_BYTES = 512 << 20
 
     def __init__(
         self, predictor: Qwen3TTSCodePredictor, gemm: GemmFactory = Projection, norm: RMSNormOp | None = None
@@ -185,9 +188,12 @@ class FusedCodePredictor:
         space = self._workspaces.get(batch)
         if space is None:
             space = self._workspaces[batch] = self.new_workspace(batch)
-            while len(self._workspaces) > self.MAX_WORKSPACES:
-                self._workspaces.popitem(last=False)
         self._workspaces.move_to_end(batch)
+        while len(self._workspaces) > 1 and (
+            len(self._workspaces) > self.MAX_WORKSPACES
+            or sum(s.nbytes for s in self._workspaces.values()) > self.MAX_WORKSPACE_BYTES
+        ):
+            self._workspaces.popitem(last=False)
         return space
 
     def new_workspace(self, batch: int) -> Workspace:
@@ -195,8 +201,11 @@ class FusedCodePredictor:
         qk, width = (heads + kv) * dim, (heads + 2 * kv) * dim
         options = {"dtype": self.dtype, "device": self.device}
 
+        allocated: list[torch.Tensor] = []
+
         def buffer(*shape: int) -> torch.Tensor:
-            return torch.zeros(*shape, **options)
+            allocated.append(torch.zeros(*shape, **options))
+            return allocated[-1]
 
         device = self.device
         space = Workspace(
@@ -246,6 +255,7 @@ class FusedCodePredictor:
                 if index == 0:
                     space.passes.append([])
                 space.passes[step].append(views)
+        space.nbytes = sum(t.numel() * t.element_size() for t in allocated)
         return space
 
     # -- running --------------------------------------------------------------------------------
