@@ -68,7 +68,8 @@ def allow_plugins(*names: str) -> None:
 def apply_talker_engine_settings(args: argparse.Namespace) -> None:
     """The talker's engine settings (:mod:`...engine_settings`), where the command line left vLLM's defaults."""
     given = {name: getattr(args, name, None) for name in SETTING_NAMES}
-    given["enforce_eager"] = given["enforce_eager"] or None  # the parser's default (False) is "not given"
+    if not given["enforce_eager"]:  # the parser's default (False) is "not given"
+        del given["enforce_eager"]
     for name, value in talker_engine_args(given).items():
         setattr(args, name, value)
 
