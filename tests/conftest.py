@@ -35,6 +35,17 @@ DOCUMENTED_SKIPS = {
 }
 
 
+@pytest.fixture(scope="session")
+def gpu_check():
+    """``tools/gpu_check.py`` as a module (a script, not a package): its random-weight code predictors and checks."""
+    spec = importlib.util.spec_from_file_location(
+        "gpu_check", Path(__file__).resolve().parents[1] / "tools" / "gpu_check.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _vllm_importable() -> bool:
     return importlib.util.find_spec("vllm") is not None
 

@@ -6,7 +6,6 @@ shapes, so its padding and bucket choice are checked where no GPU is.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -15,16 +14,6 @@ import torch
 
 from vllm_omni.model_executor.models.qwen3_tts.code_predictor_graphs import BucketedCodePredictor
 from vllm_omni.model_executor.models.qwen3_tts.fused_code_predictor import FusedCodePredictor
-
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "gpu_check.py"
-
-
-@pytest.fixture(scope="module")
-def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_check_but_the_capture_passes_on_the_cpu(gpu_check, tmp_path: Path, capsys):
