@@ -25,7 +25,7 @@ def _applied(monkeypatch, gpu: bool, *flags: str):
 
     monkeypatch.setattr(type(current_platform), "is_cpu", lambda self: not gpu)
     args = _parsed(*flags)
-    apply_talker_engine_settings(args)
+    apply_talker_engine_settings(args, argv=["vllm", "serve", "ckpt", "--omni", *flags])
     return args
 
 
@@ -40,7 +40,12 @@ def test_the_defaults_left_are_filled_on_a_cpu_and_a_gpu(monkeypatch):
 
 
 def test_a_users_own_choices_are_kept_for_the_start_up_check_to_judge(monkeypatch):
+    from vllm_omni.model_executor.models.qwen3_tts.engine_contract import MAX_LOGPROBS
+
     args = _applied(monkeypatch, True, "--compilation-config", '{"cudagraph_mode": "PIECEWISE"}')
     assert args.enforce_eager is False and args.compilation_config.cudagraph_mode.name == "PIECEWISE"
     args = _applied(monkeypatch, True, "--async-scheduling", "--enable-prefix-caching")
     assert args.async_scheduling is True and args.enable_prefix_caching is True  # refused at start-up, named
+    assert _applied(monkeypatch, True, "--no-enforce-eager").enforce_eager is False  # said, though the default
+    assert _applied(monkeypatch, False, "--max-logprobs", "-1").max_logprobs == -1  # vLLM's "no cap" is enough
+    assert _applied(monkeypatch, False, "--max-logprobs", "4").max_logprobs == MAX_LOGPROBS  # raised: the channel

@@ -65,10 +65,12 @@ def allow_plugins(*names: str) -> None:
     os.environ["VLLM_PLUGINS"] = ",".join(dict.fromkeys([*current, *names]))
 
 
-def apply_talker_engine_settings(args: argparse.Namespace) -> None:
-    """The talker's engine settings (:mod:`...engine_settings`), where the command line left vLLM's defaults."""
+def apply_talker_engine_settings(args: argparse.Namespace, argv: list[str] | None = None) -> None:
+    """The talker's engine settings (:mod:`...engine_settings`), where the command line (``argv``, by default this
+    process's) left vLLM's defaults. ``enforce_eager`` is given when true or when ``--no-enforce-eager`` is on the
+    command line (the parser's default, False, says neither)."""
     given = {name: getattr(args, name, None) for name in SETTING_NAMES}
-    if not given["enforce_eager"]:  # the parser's default (False) is "not given"
+    if not given["enforce_eager"] and "--no-enforce-eager" not in (sys.argv if argv is None else argv):
         del given["enforce_eager"]
     for name, value in talker_engine_args(given).items():
         setattr(args, name, value)

@@ -27,8 +27,8 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 class BucketedCodePredictor:
     """``predict`` with the signature of :meth:`FusedCodePredictor.predict`, at static batch sizes.
 
-    Batches larger than the largest bucket run eagerly at their own size. After :meth:`capture_all` (a CUDA
-    device), every bucket replays its graph.
+    Batches larger than the largest bucket run eagerly, padded to a multiple of it (a workspace per multiple, not
+    per batch size). After :meth:`capture_all` (a CUDA device), every bucket replays its graph.
     """
 
     def __init__(self, fused: FusedCodePredictor, buckets: tuple[int, ...] = BUCKETS) -> None:
@@ -51,8 +51,9 @@ class BucketedCodePredictor:
         rows = hidden.shape[0]
         size = self.bucket_size(rows)
         if size is None:
-            return self.fused.predict(hidden, code0_embeds, sampling)
-        space = self.spaces[size]
+            space = self.fused.workspace(-(-rows // self.buckets[-1]) * self.buckets[-1])
+        else:
+            space = self.spaces[size]
         load(space, rows, hidden, code0_embeds, sampling)
         graph = self.graphs.get((size, sampling.all_greedy))
         if graph is None:

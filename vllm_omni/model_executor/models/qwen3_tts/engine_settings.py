@@ -6,7 +6,9 @@ engine started without them (:func:`engine_problems`, called by ``check_engine``
 so the defaults always pass the check, on a CPU and on a GPU. Each row of :data:`SETTINGS` says what it
 sets where the caller left vLLM's default, how the check reads the engine's resolved config, and the flag
 that fixes a refusal. A setting the caller gave explicitly is kept, even a wrong one: the engine then
-refuses to start in one line that names it, instead of running with a setting the caller did not ask for.
+refuses to start in one line that names it, instead of running with a setting the caller did not ask for
+(but ``skip_tokenizer_init``, always on, and ``max_logprobs``, raised to what the channel needs: neither
+limits anything a caller could want).
 
 Beside the table: the environment (:data:`ENVIRONMENT`; vLLM's V1 model runner, the interface of the
 talker's logits processor) and checks with no setting (speculative decoding, tensor/pipeline parallelism).
@@ -119,8 +121,8 @@ SETTINGS = (
     ),
     Setting(
         "max_logprobs",
-        lambda given, args, gpu: max(given or 0, MAX_LOGPROBS),
-        lambda config: config.model_config.max_logprobs >= MAX_LOGPROBS,
+        lambda given, args, gpu: given if given == -1 else max(given or 0, MAX_LOGPROBS),  # -1: vLLM's "no cap"
+        lambda config: config.model_config.max_logprobs == -1 or config.model_config.max_logprobs >= MAX_LOGPROBS,
         f"the residual-code channel needs max_logprobs >= {MAX_LOGPROBS} (--max-logprobs {MAX_LOGPROBS})",
     ),
     Setting(

@@ -26,7 +26,7 @@ equal; bf16 has fewer intermediate roundings than the official model's).
 ``gemm``: how a projection runs. By default ``torch.mm``/``torch.addmm`` (every platform); the engine passes
 vLLM's own CPU GEMM (oneDNN with prepacked weights, ``engine_projection`` in the talker), which streams a
 step's few rows about twice as fast on a CPU. ``norm``: the RMS normalisation, by default
-``aten._fused_rms_norm``; the engine passes vLLM's fused kernel where the platform has one.
+``aten._fused_rms_norm``; the engine passes vLLM's fused kernel on a CPU.
 """
 
 from __future__ import annotations
@@ -113,15 +113,15 @@ class Workspace:
     halves: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # rows -> (gate, up) views
     code_columns: list[torch.Tensor] = field(default_factory=list)  # codes[:, g]
     passes: list[list[_PassViews]] = field(default_factory=list)  # [pass][layer]
-    nbytes: int = 0  # of every buffer it holds
+    nbytes: int = 0  # of its activation buffers (the int64 codes and sampling columns are small)
 
 
 class FusedCodePredictor:
     """``predict`` with the signature and the codes of :meth:`Qwen3TTSCodePredictor.predict`, from fused weights.
 
     Built from a loaded predictor (its device and dtype; build again after moving it). Keeps a workspace per
-    batch size, the most recent first, at most :data:`MAX_WORKSPACES` and :data:`MAX_WORKSPACE_BYTES` together
-    (the newest is kept whatever its size; about 2.3 MB per row at the released sizes in fp32).
+    batch size, at most :data:`MAX_WORKSPACES` of them and :data:`MAX_WORKSPACE_BYTES` in all, dropping the least
+    recently used (the newest stays whatever its size; about 2.3 MB per row at the released sizes in fp32).
     :mod:`.code_predictor_graphs` keeps its own, one per bucket.
     """
 

@@ -355,7 +355,7 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         scores = codebook0_scores(codec[rows].float(), tables, rows, self.codec_vocab, self.batch.eos_token_id)
         code0 = tables.code0_sampling(rows, all(s.spec.greedy for _, s in live)).pick(CODEBOOK0_GROUP, scores)
         sampling = tables.sampling(rows, all(s.spec.subtalker_greedy for _, s in live))
-        residuals = self.residual_predictor.predict(hidden_states[rows], self.model.codec_embedding(code0), sampling)
+        residuals = self._predictor().predict(hidden_states[rows], self.model.codec_embedding(code0), sampling)
         tables.history[rows, code0] = True  # the repetition-penalty history and frame counts of these rows
         tables.frames[rows] += 1
         frames = torch.cat((code0.unsqueeze(1), residuals), dim=1)
@@ -403,17 +403,27 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
             if name not in params:
                 raise KeyError(f"checkpoint tensor talker.{name} has no parameter in the talker model")
             with torch.no_grad():
+                if params[name].numel() == 0:  # a projection the fused predictor released: weights loaded again
+                    params[name].data = torch.empty(tensor.shape, dtype=params[name].dtype, device=params[name].device)
                 params[name].copy_(tensor.to(params[name].dtype))
             loaded.add(name)
         missing = sorted(set(params) - loaded)
         if missing:
             raise ValueError(f"the checkpoint lacks {len(missing)} talker tensors, e.g. {missing[:5]}")
         self._use_engine_gemm()
-        fused = FusedCodePredictor(self.code_predictor, gemm=engine_projection(), norm=engine_rms_norm())
-        _release_projections(self.code_predictor)
-        self.residual_predictor = self._warm(fused)
+        self.residual_predictor = None
+        self._predictor()
         self._warm_logprobs()
         return loaded
+
+    def _predictor(self) -> FusedCodePredictor | BucketedCodePredictor:
+        """The fused code predictor, made from the weights on first use (:meth:`load_weights` makes it; an engine
+        whose weights came another way, such as ``load_format="dummy"``, makes it at its first step)."""
+        if self.residual_predictor is None:
+            fused = FusedCodePredictor(self.code_predictor, gemm=engine_projection(), norm=engine_rms_norm())
+            _release_projections(self.code_predictor)
+            self.residual_predictor = self._warm(fused)
+        return self.residual_predictor
 
     def _warm_logprobs(self) -> None:
         """Compile vLLM's logprobs gather now: it is ``torch.compile``d on first use (``batched_count_greater_than``,

@@ -98,18 +98,20 @@ class ResidualSampling:
         chosen = logits.argmax(dim=-1)
         if self.all_greedy:
             return chosen
-        draws = self.draws(torch.tensor([group], device=logits.device), logits.shape[-1])
-        return draws.pick(0, logits, chosen)
+        return self.draws(group, logits.shape[-1]).pick(0, logits, chosen)
 
-    def draws(self, groups: torch.Tensor, width: int) -> StepDraws:
-        """Everything the sampled rows of ``groups`` (int64[G]) need that the logits do not decide, made once."""
+    def draws(self, groups: torch.Tensor | int, width: int) -> StepDraws:
+        """Everything the sampled rows of ``groups`` (int64[G] on the device, or one group) need that the logits do
+        not decide, made once (no host-to-device copy: a group number is added as a Python scalar)."""
+        keys = row_keys(self.seeds, self.frames, groups)
+        keys = keys if isinstance(groups, torch.Tensor) else keys.unsqueeze(1)
         k = torch.where((self.top_k > 0) & (self.top_k < width), self.top_k, torch.full_like(self.top_k, width))
         return StepDraws(
             greedy=self.greedy,
             temperature=self.temperature.clamp(min=1e-5).unsqueeze(1),
             kth_index=(width - k).unsqueeze(1),
             tail=(1 - self.top_p).unsqueeze(1),
-            gumbel=gumbel_noise(row_keys(self.seeds, self.frames, groups), width),
+            gumbel=gumbel_noise(keys, width),
         )
 
 
