@@ -445,7 +445,7 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         and one mixed pass at the batch sizes a step most often has, so the GEMM kernels a step picks exist."""
         device = fused.device
         if device.type == "cuda":
-            largest = min(self.max_rows, BUCKETS[-1])  # batches beyond it run eagerly
+            largest = min(self.max_rows, BUCKETS[-1])  # batches beyond it run eagerly, padded to its multiples
             bucketed = BucketedCodePredictor(fused, tuple(sorted({*(b for b in BUCKETS if b < largest), largest})))
             if self.capture_predictor:
                 try:
