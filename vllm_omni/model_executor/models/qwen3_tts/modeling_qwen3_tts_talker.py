@@ -429,15 +429,22 @@ class Qwen3TTSTalkerForCodecFrames(nn.Module):
         """Compile vLLM's logprobs gather now: it is ``torch.compile``d on first use (``batched_count_greater_than``,
         batch size unbacked: one compile for every batch), which the engine's warm-up never reaches (it asks for no
         logprobs) and every talker request does (the residual channel). Measured at the 0.6B sizes on 2 cores: the
-        first request after start-up waited 4.2 s for its first frame against 0.5 s for the next."""
+        first request after start-up waited 4.2 s for its first frame against 0.5 s for the next. Compiled under
+        the default dtype the engine serves with (float32; vLLM loads the weights under the model's dtype, and the
+        compiled code is guarded on it)."""
         from vllm.v1.sample.sampler import Sampler
 
         device = self.codec_head.weight.device
-        logits = torch.zeros(2, self.vocab, dtype=torch.float32, device=device)
-        with torch.inference_mode():
-            Sampler.gather_logprobs(
-                Sampler.compute_logprobs(logits), MAX_LOGPROBS, torch.zeros(2, dtype=torch.int64, device=device)
-            )
+        loading_dtype = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float32)
+        try:
+            logits = torch.zeros(2, self.vocab, dtype=torch.float32, device=device)
+            with torch.inference_mode():
+                Sampler.gather_logprobs(
+                    Sampler.compute_logprobs(logits), MAX_LOGPROBS, torch.zeros(2, dtype=torch.int64, device=device)
+                )
+        finally:
+            torch.set_default_dtype(loading_dtype)
 
     def _warm(self, fused: FusedCodePredictor) -> FusedCodePredictor | BucketedCodePredictor:
         """The code predictor ready before the first request: on CUDA every batch bucket captured in CUDA graphs
