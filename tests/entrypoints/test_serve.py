@@ -257,9 +257,11 @@ def socket_messages(server, messages: list[dict], key: str = KEY, stop_after_bin
     url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
     received: list = []
     with connect(url, additional_headers={"Authorization": f"Bearer {key}"}, open_timeout=60) as socket:
-        for message in messages:
-            socket.send(json.dumps(message) if isinstance(message, dict) else message)
         try:
+            for message in messages:
+                # The server may close while a message is still being sent (one past its size limit): its close
+                # frame has arrived then, and the send fails; what was received and the close code are the answer.
+                socket.send(json.dumps(message) if isinstance(message, dict) else message)
             while True:
                 received.append(socket.recv(timeout=300))
                 if stop_after_binary is not None and sum(isinstance(m, bytes) for m in received) >= stop_after_binary:
