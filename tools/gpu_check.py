@@ -195,16 +195,16 @@ def check_speed(geometry: str, device: torch.device, repeats: int, batches=SPEED
     for batch in batches:
         hidden, code0 = (t.to(device, dtype) for t in _inputs(batch, talker_hidden, seed=batch))
         inputs = (hidden, code0, dataclasses.replace(sampling(batch, device), all_greedy=True))
-        reference_s = _timed(device, lambda i=inputs: predictor.predict(*i), repeats)
-        eager_s = _timed(device, lambda i=inputs: fused.predict(*i), repeats)
-        graph_s = _timed(device, lambda i=inputs: bucketed.predict(*i), repeats)
+        runs = {name: lambda i=inputs, p=p: p.predict(*i)
+                for name, p in (("reference", predictor), ("fused", fused), ("graph", bucketed))}  # fmt: skip
+        seconds = {name: _timed(device, run, repeats) for name, run in runs.items()}
+        graph_s = seconds["graph"]
         row = {"check": "code_predictor_speed", "geometry": geometry, "dtype": str(dtype).removeprefix("torch."),
-               "batch": batch, "reference_ms": reference_s * 1e3, "eager_ms": eager_s * 1e3, "graph_ms": graph_s * 1e3,
-               "graph_steps_per_s": 1 / graph_s, "graph_frames_per_s": batch / graph_s}  # fmt: skip
+               "batch": batch, "reference_ms": seconds["reference"] * 1e3, "eager_ms": seconds["fused"] * 1e3,
+               "graph_ms": graph_s * 1e3, "graph_steps_per_s": 1 / graph_s,
+               "graph_frames_per_s": batch / graph_s}  # fmt: skip
         if batch == 8 or batch == batches[0]:
-            row["kernels"] = {name: kernels_per_step(device, run) for name, run in (
-                ("reference", lambda i=inputs: predictor.predict(*i)), ("fused", lambda i=inputs: fused.predict(*i)),
-                ("graph", lambda i=inputs: bucketed.predict(*i)))}  # fmt: skip
+            row["kernels"] = {name: kernels_per_step(device, run) for name, run in runs.items()}
         rows.append(row)
     return rows
 
@@ -318,13 +318,14 @@ def failures(rows: list[dict]) -> list[str]:
 
 def bf16_agreement(rows: list[dict]) -> dict[str, float]:
     """Per geometry, the share of bf16 greedy codes equal to the fp32 CPU reference's, over all its batches."""
-    pooled: dict[str, list[float]] = {}
+    equal: dict[str, float] = {}
+    total: dict[str, int] = {}
     for row in rows:
         if row["check"] == "code_predictor" and row["dtype"] == "bfloat16":
-            equal, total = pooled.setdefault(row.get("geometry", ""), [0.0, 0])
-            count = row.get("greedy_codes", 1)
-            pooled[row.get("geometry", "")] = [equal + row["greedy_equal_share"] * count, total + count]
-    return {geometry: equal / total for geometry, (equal, total) in pooled.items() if total}
+            geometry, count = row.get("geometry", ""), row.get("greedy_codes", 1)
+            equal[geometry] = equal.get(geometry, 0.0) + row["greedy_equal_share"] * count
+            total[geometry] = total.get(geometry, 0) + count
+    return {geometry: equal[geometry] / total[geometry] for geometry in equal if total[geometry]}
 
 
 def _cell(value, fmt="{:.3f}"):

@@ -72,6 +72,6 @@ def test_workspaces_are_bounded_and_padded_rows_never_change_real_rows(gpu_check
     kept = fused._workspaces
     assert 2 in kept and sum(space.nbytes for space in kept.values()) <= 3 * one_row
     bucketed = BucketedCodePredictor(fused, buckets=(4,))
-    for rows in (1, 3, 4, 6):  # 6: beyond the largest bucket, at its own size
+    for rows in (1, 3, 4, 6):  # 6: beyond the largest bucket, padded to its multiple (8)
         inputs = _inputs(gpu_check, rows, width, "mixed", 10 + rows)
         assert torch.equal(bucketed.predict(*inputs), predictor.predict(*inputs)), rows

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import socket
 from pathlib import Path
 
 import pytest
@@ -245,12 +244,13 @@ def _one_process_group():
     """vLLM's distributed state for one process (its layers read the tensor-parallel group when built); an
     in-process engine of an earlier test may have made it already, and keeps it."""
     from vllm.distributed import parallel_state
+    from vllm.utils.network_utils import get_open_port
 
     if parallel_state.model_parallel_is_initialized():
         yield
         return
     parallel_state.init_distributed_environment(
-        world_size=1, rank=0, local_rank=0, distributed_init_method=f"tcp://127.0.0.1:{_free_port()}", backend="gloo"
+        world_size=1, rank=0, local_rank=0, distributed_init_method=f"tcp://127.0.0.1:{get_open_port()}", backend="gloo"
     )
     parallel_state.initialize_model_parallel(1, 1)
     try:
@@ -258,12 +258,6 @@ def _one_process_group():
     finally:
         parallel_state.destroy_model_parallel()
         parallel_state.destroy_distributed_environment()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _resolved_on_a_gpu(checkpoint: Path, monkeypatch, given: dict):

@@ -93,6 +93,19 @@ class _PassViews:
 
 
 @dataclass
+class _Rows:
+    """The buffers of one pass's rows ([rows, ...]; the first pass has 2 * B, the later ones B): the residual
+    stream, a scratch of its shape, and the MLP's gate/up output (with its two halves) and activation."""
+
+    stream: torch.Tensor
+    scratch: torch.Tensor
+    gate_up: torch.Tensor
+    gate: torch.Tensor
+    up: torch.Tensor
+    act: torch.Tensor
+
+
+@dataclass
 class Workspace:
     """Static buffers of one batch size and dtype: inputs, K/V, the residual stream, outputs, sampling columns."""
 
@@ -101,16 +114,9 @@ class Workspace:
     code0: torch.Tensor  # [B, talker hidden]
     codes: torch.Tensor  # int64[B, groups - 1]: outputs
     sampling: ResidualSampling  # its tensors are static too (all_greedy False: one workspace for any mix)
-    first: torch.Tensor  # [2 * B, hidden]: the first pass's residual stream (positions 0 and 1, position-major)
-    stream: torch.Tensor  # [B, hidden]: a later pass's residual stream
-    scratch_first: torch.Tensor
-    scratch: torch.Tensor
-    gate_up_first: torch.Tensor  # [2 * B, 2 * intermediate]
-    gate_up: torch.Tensor
-    act_first: torch.Tensor  # [2 * B, intermediate]
-    act: torch.Tensor
+    first: _Rows  # the first pass's: positions 0 and 1, position-major (2 * B rows)
+    later: _Rows  # a later pass's (B rows)
     logits: torch.Tensor  # [B, vocab]
-    halves: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # rows -> (gate, up) views
     code_columns: list[torch.Tensor] = field(default_factory=list)  # codes[:, g]
     passes: list[list[_PassViews]] = field(default_factory=list)  # [pass][layer]
     nbytes: int = 0  # of its activation buffers (the int64 codes and sampling columns are small)
@@ -133,7 +139,6 @@ class FusedCodePredictor:
     ) -> None:
         config = predictor.config
         self.norm = norm or rms_norm
-        self.config = config
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = config.head_dim
         self.groups, self.positions = config.num_code_groups - 1, config.num_code_groups
@@ -207,6 +212,17 @@ class FusedCodePredictor:
             allocated.append(torch.zeros(*shape, **options))
             return allocated[-1]
 
+        def rows(count: int) -> _Rows:
+            gate_up = buffer(count, 2 * self.intermediate)
+            return _Rows(
+                stream=buffer(count, self.hidden_size),
+                scratch=buffer(count, self.hidden_size),
+                gate_up=gate_up,
+                gate=gate_up[:, : self.intermediate],
+                up=gate_up[:, self.intermediate :],
+                act=buffer(count, self.intermediate),
+            )
+
         device = self.device
         space = Workspace(
             batch=batch,
@@ -222,18 +238,10 @@ class FusedCodePredictor:
                 seeds=torch.zeros(batch, dtype=torch.int64, device=device),
                 frames=torch.zeros(batch, dtype=torch.int64, device=device),
             ),
-            first=buffer(2 * batch, self.hidden_size),
-            stream=buffer(batch, self.hidden_size),
-            scratch_first=buffer(2 * batch, self.hidden_size),
-            scratch=buffer(batch, self.hidden_size),
-            gate_up_first=buffer(2 * batch, 2 * self.intermediate),
-            gate_up=buffer(batch, 2 * self.intermediate),
-            act_first=buffer(2 * batch, self.intermediate),
-            act=buffer(batch, self.intermediate),
+            first=rows(2 * batch),
+            later=rows(batch),
             logits=buffer(batch, self.vocab),
         )
-        for gate_up in (space.gate_up_first, space.gate_up):
-            space.halves[gate_up.shape[0]] = (gate_up[:, : self.intermediate], gate_up[:, self.intermediate :])
         space.code_columns = list(space.codes.unbind(1))
         for index, layer in enumerate(self.layers):
             qkv = buffer(self.positions, batch, width)  # position-major: one position's rows are contiguous
@@ -273,7 +281,7 @@ class FusedCodePredictor:
         """The 15 passes on ``space``'s inputs into ``space.codes``: no host read, no branch on values."""
         batch = space.batch
         draws = None if all_greedy else space.sampling.draws(self.groups_index, self.vocab)
-        first = space.first.view(2, batch, self.hidden_size)
+        first = space.first.stream.view(2, batch, self.hidden_size)
         if self.project is None:
             first[0].copy_(space.hidden)
             first[1].copy_(space.code0)
@@ -281,14 +289,10 @@ class FusedCodePredictor:
             self.project.into(space.hidden, first[0])
             self.project.into(space.code0, first[1])
         for step in range(self.groups):
-            if step == 0:
-                stream, scratch, gate_up, act = space.first, space.scratch_first, space.gate_up_first, space.act_first
-            else:
-                stream, scratch, gate_up, act = space.stream, space.scratch, space.gate_up, space.act
-            halves = space.halves[gate_up.shape[0]]
+            rows = space.first if step == 0 else space.later
             for layer, views in zip(self.layers, space.passes[step], strict=True):
-                self._layer(layer, views, stream, scratch, (gate_up, *halves, act), causal=step == 0)
-            last = first[1] if step == 0 else space.stream
+                self._layer(layer, views, rows, causal=step == 0)
+            last = first[1] if step == 0 else rows.stream
             normed = self.norm(last, self.eps)
             self.heads_out[step].into(normed, space.logits)
             code = space.code_columns[step]
@@ -296,12 +300,11 @@ class FusedCodePredictor:
             if draws is not None:
                 draws.pick(step, space.logits, code, out=code)
             if step + 1 < self.groups:
-                torch.index_select(self.tables[step], 0, code, out=space.stream)
+                torch.index_select(self.tables[step], 0, code, out=space.later.stream)
 
-    def _layer(self, layer: _Layer, views: _PassViews, stream, scratch, mlp, causal: bool) -> None:
-        """One decoder layer on this pass's positions; ``stream`` (the residual, [rows, hidden]) updated in place;
-        ``mlp``: the gate/up buffer, its two halves and the activation buffer of these rows."""
-        gate_up, gate, up, act = mlp
+    def _layer(self, layer: _Layer, views: _PassViews, rows: _Rows, causal: bool) -> None:
+        """One decoder layer on this pass's positions; ``rows.stream`` (the residual) updated in place."""
+        stream = rows.stream
         normed = self.norm(stream, self.eps)
         layer.qkv.into(normed, views.qkv_out)
         heads = self.norm(views.qk_heads, self.eps)
@@ -312,11 +315,11 @@ class FusedCodePredictor:
             attended = attended.permute(2, 0, 1, 3).reshape(stream.shape[0], -1)
         else:
             attended = attended.view(stream.shape[0], -1)
-        layer.o.add_into(attended, stream, scratch)
+        layer.o.add_into(attended, stream, rows.scratch)
         normed = self.norm(stream, self.eps)
-        layer.gate_up.into(normed, gate_up)
-        torch.mul(F.silu(gate), up, out=act)
-        layer.down.add_into(act, stream, scratch)
+        layer.gate_up.into(normed, rows.gate_up)
+        torch.mul(F.silu(rows.gate), rows.up, out=rows.act)
+        layer.down.add_into(rows.act, stream, rows.scratch)
 
 
 def load(space: Workspace, rows: int, hidden: torch.Tensor, code0: torch.Tensor, sampling: ResidualSampling) -> None:
