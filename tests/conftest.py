@@ -185,9 +185,16 @@ class SharedPlans:
         self.root = root
 
     def _slot(self, checkpoint: Path, hardware: str) -> Path:
-        from vllm_omni.edge.checkpoint import checkpoint_sha256, resolve_speech_tokenizer
+        import hashlib
 
-        return self.root / checkpoint_sha256(resolve_speech_tokenizer(checkpoint))[:16] / hardware
+        from vllm_omni.edge.checkpoint import checkpoint_sha256, resolve_speech_tokenizer
+        from vllm_omni.edge.hardware.registry import hardware_classes
+
+        # the class's record and the graphs' code too: a plan kept from before either changed is not reused
+        graphs = sorted((Path(__file__).parents[1] / "vllm_omni" / "edge" / "graphs").glob("*.py"))
+        source = repr(hardware_classes().get(hardware)).encode() + b"".join(path.read_bytes() for path in graphs)
+        record = hashlib.sha256(source).hexdigest()[:8]
+        return self.root / checkpoint_sha256(resolve_speech_tokenizer(checkpoint))[:16] / f"{hardware}-{record}"
 
     def publish(self, checkpoint: Path, hardware: str, plan_dir: Path) -> None:
         import shutil

@@ -7,7 +7,8 @@
 - ``stream/hostile.json``: hostile, truncated and fuzzed inputs (recordings, or message sequences as a
   WebSocket carries them) with the events before the failure, the error class and its message, as the
   Python parser produces them;
-- ``decode/plan/``: a small-geometry stateful CPU plan (one dynamic-B ONNX step graph, first B=2, main B=4);
+- ``decode/plan/``: a small-geometry browser plan (one dynamic-B ONNX step graph in the webgpu layout, int32
+  codes; first B=2, main B=4);
 - ``decode/cases.json`` + raw files: seeded code sequences (int32 LE, frame-major), the torch full decode of
   each (float32 LE) and the Python ``StatefulDecoder`` decode through native onnxruntime; RoPE angles of
   ``rope_angles`` at several positions (float32 LE, compared bit for bit).
@@ -325,7 +326,7 @@ def write_decode_fixtures(out: Path, checkpoint: Path | None, hardware: str) -> 
     (out / "cases.json").write_text(json.dumps(cases, indent=1))
 
 
-def write_fixtures(out: Path, checkpoint: Path | None = None, hardware: str = "cpu_x86_64") -> Path:
+def write_fixtures(out: Path, checkpoint: Path | None = None, hardware: str = "browser") -> Path:
     stream_dir = out / "stream"
     stream_dir.mkdir(parents=True, exist_ok=True)
     golden = golden_streams(np.random.default_rng(SEED))
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="directory to write the fixtures into")
     parser.add_argument("--checkpoint", type=Path, help="a small-geometry checkpoint to use (default: write one)")
-    parser.add_argument("--hardware", default="cpu_x86_64", help="the hardware class whose plan to build")
+    parser.add_argument("--hardware", default="browser", help="the hardware class whose plan to build")
     args = parser.parse_args(argv)
     write_fixtures(args.out, args.checkpoint, args.hardware)
     print(f"wrote fixtures to {args.out}")

@@ -1,21 +1,30 @@
-// Stateful step graphs run by onnxruntime-web (WASM execution provider): the browser class's backend.
+// Stateful step graphs run by onnxruntime-web: the browser class's backend, on its WebGPU or its WASM provider.
 //
 // One InferenceSession is one copy of the weights. A plan whose first and main roles name the same
 // file (one dynamic-B graph) gets one session and two runners over it (openPlanRunners). `ort` is the
-// onnxruntime-web module, passed in so the same code runs in Node (the tests) and in a Web Worker.
+// onnxruntime-web module (the `onnxruntime-web/webgpu` bundle for WebGPU, the WASM-only one otherwise), passed in
+// so the same code runs in Node (the tests) and in a Web Worker.
+//
+// On WebGPU the step's cache output stays on the GPU (`preferredOutputLocation`) and is fed back as the next
+// step's input: a step reads back only its audio.
 
-import { INPUT_NAMES, OUTPUT_NAMES, StepContractError, checkStepContract } from "./stateful_decoder.mjs";
+import { CODES_DTYPES, INPUT_NAMES, OUTPUT_NAMES, StepContractError, checkStepContract } from "./stateful_decoder.mjs";
 
 /** Set the WASM thread count; it applies to sessions created afterwards (onnxruntime-web reads it once). */
 export function configureThreads(ort, threads) {
   if (threads !== undefined && threads !== null) ort.env.wasm.numThreads = Math.max(1, Math.floor(threads));
 }
 
-/** An onnxruntime-web session over the graph's bytes (ArrayBuffer or Uint8Array). */
-export async function createStepSession(ort, modelBytes, { threads, executionProviders = ["wasm"] } = {}) {
+/**
+ * An onnxruntime-web session over the graph's bytes (ArrayBuffer or Uint8Array). `provider`: "wasm" or "webgpu";
+ * `sessionOptions`: more of onnxruntime-web's session options (memory settings, a verbose log level).
+ */
+export async function createStepSession(ort, modelBytes, { threads, provider = "wasm", sessionOptions = {} } = {}) {
   configureThreads(ort, threads);
   const bytes = modelBytes instanceof Uint8Array ? modelBytes : new Uint8Array(modelBytes);
-  return ort.InferenceSession.create(bytes, { executionProviders, graphOptimizationLevel: "all" });
+  const options = { executionProviders: [provider], graphOptimizationLevel: "all", ...sessionOptions };
+  if (provider === "webgpu") options.preferredOutputLocation = { [OUTPUT_NAMES[1]]: "gpu-buffer" };
+  return ort.InferenceSession.create(bytes, options);
 }
 
 /** A runner at the contract's step size over `session`; input and output names come from the contract. */
@@ -34,18 +43,22 @@ export function stepRunner(ort, session, contract) {
   const q = contract.num_quantizers;
   const half = Math.floor(contract.head_dim / 2);
   const numel = contract.cache_numel;
+  const codesType = contract.codes_dtype ?? CODES_DTYPES[0];
+  let zeroCache = null; // made at the first step of a stream, then kept (it is never written)
   return {
     contract,
     session,
+    /** `cache`: the tensor the previous step returned, or null for the zero cache a stream starts from. */
     async run(codes, freqs, cacheValid, cache) {
+      zeroCache ??= new ort.Tensor("float32", new Float32Array(numel), [numel]);
       const feeds = {
-        [inputs[0]]: new ort.Tensor("int64", codes, [1, q, size]),
+        [inputs[0]]: new ort.Tensor(codesType, codes, [1, q, size]),
         [inputs[1]]: new ort.Tensor("float32", freqs, [size, half]),
         [inputs[2]]: new ort.Tensor("float32", cacheValid, [1]),
-        [inputs[3]]: new ort.Tensor("float32", cache, [numel]),
+        [inputs[3]]: cache ?? zeroCache,
       };
       const results = await session.run(feeds);
-      return { audio: results[outputs[0]].data, cache: results[outputs[1]].data };
+      return { audio: results[outputs[0]].data, cache: results[outputs[1]] };
     },
   };
 }
@@ -57,7 +70,7 @@ export async function createStepRunner(ort, modelBytes, contract, options = {}) 
 
 /**
  * `{main, first}` runners of a stateful plan, one session per distinct file. `artifacts`: Map(file ->
- * ArrayBuffer) (what loadPlan returns) or an object keyed by file.
+ * ArrayBuffer) (what loadPlan returns) or an object keyed by file; `options`: createStepSession's.
  */
 export async function openPlanRunners(ort, plan, artifacts, options = {}) {
   if (plan.graph_kind !== "stateful") {

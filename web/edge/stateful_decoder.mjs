@@ -46,6 +46,8 @@ const MAX_LAYOUT_RANK = SHAPE.maxItems;
 const MAX_LAYOUT_DIM = SHAPE.items.maximum;
 export const INPUT_NAMES = FIELDS.input_names.const;
 export const OUTPUT_NAMES = FIELDS.output_names.const;
+/** audio_codes' element types a contract may name; the first is the default (a contract naming none). */
+export const CODES_DTYPES = FIELDS.codes_dtype.enum;
 
 const isFloatAt = (container, key) => Boolean(container?.[FLOATS]?.has(key));
 /** Python's `type(x) is int and x >= 0` for a value parsePythonJson read (`16.0` and `true` are not counts). */
@@ -152,6 +154,13 @@ export function checkStepContract(contract, source = "plan") {
   if (frequencies.length !== Math.floor(contract.head_dim / 2)) {
     throw new StepContractError(`${source}: ${frequencies.length} RoPE frequencies for head_dim ${contract.head_dim}`);
   }
+  if (Object.hasOwn(contract, "codes_dtype") && !CODES_DTYPES.includes(contract.codes_dtype)) {
+    const isFloat = isFloatAt(contract, "codes_dtype");
+    throw new StepContractError(
+      `${source}: codes_dtype must be one of ${CODES_DTYPES.join(", ")}, found ` +
+        pyStrRepr(pyStrHead(contract.codes_dtype, isFloat, 20)),
+    );
+  }
   return contract;
 }
 
@@ -196,7 +205,14 @@ function concatFloat32(pieces) {
   return out;
 }
 
-/** Exact streaming decode of one stream: `feed(frames, count)` -> PCM, `flush()` at the end, `reset()`. */
+/**
+ * Exact streaming decode of one stream: `feed(frames, count)` -> PCM, `flush()` at the end, `reset()`.
+ *
+ * A runner (ort_step_runner.mjs) has a `contract` and `run(codes, freqs, cacheValid, cache)` -> `{audio, cache}`:
+ * codes typed as the contract's codes_dtype, `cache` the previous step's returned cache or null for a zero one,
+ * and the returned cache a tensor with `size` (and `dispose()` where it holds GPU memory) that only the next step
+ * reads: on WebGPU it stays on the GPU, and only the audio is read back.
+ */
 export class StatefulDecoder {
   constructor(main, first = null) {
     this.main = main;
@@ -222,7 +238,7 @@ export class StatefulDecoder {
 
   /** Forget the stream: zero cache, position 0, no pending frames. */
   reset() {
-    this._cache = new Float32Array(this.contract.cache_numel);
+    this._release(null);
     this._position = 0;
     this._pending = new Int32Array(0);
   }
@@ -300,20 +316,28 @@ export class StatefulDecoder {
     return this.first !== null && this._position === 0 ? this.first : this.main;
   }
 
+  /** Drop the cache this stream holds (a runner's tensor, maybe on the GPU) for `next` (null: a zero cache). */
+  _release(next) {
+    if (this._cache && this._cache !== next) this._cache.dispose?.();
+    this._cache = next;
+  }
+
   async _step(runner, frames, realFrames) {
     const size = runner.contract.step_frames;
     const q = this.numQuantizers;
-    const codes = new BigInt64Array(q * size);
+    const wide = (runner.contract.codes_dtype ?? CODES_DTYPES[0]) === "int64";
+    const codes = wide ? new BigInt64Array(q * size) : new Int32Array(q * size);
     for (let t = 0; t < size; t++) {
-      for (let k = 0; k < q; k++) codes[k * size + t] = BigInt(frames[t * q + k]);
+      for (let k = 0; k < q; k++) codes[k * size + t] = wide ? BigInt(frames[t * q + k]) : frames[t * q + k];
     }
     const freqs = ropeAngles(this._position, size, this._invFreq);
     const valid = Float32Array.of(Math.min(this._position, this.contract.kv_slots));
     const { audio, cache } = await runner.run(codes, freqs, valid, this._cache);
-    if (cache.length !== this.contract.cache_numel) {
-      throw new StepContractError(`the step returned a cache of ${cache.length} floats, expected ${this.contract.cache_numel}`);
+    if (cache.size !== this.contract.cache_numel) {
+      cache.dispose?.();
+      throw new StepContractError(`the step returned a cache of ${cache.size} floats, expected ${this.contract.cache_numel}`);
     }
-    this._cache = cache;
+    this._release(cache);
     this._position += realFrames;
     return Float32Array.from(audio.subarray(0, realFrames * this.samplesPerFrame));
   }

@@ -13,7 +13,8 @@
 //
 // The address: `#api_key=KEY` fills the key field (a fragment is in no request: no server log, no Referer),
 // then leaves the address bar and this tab's history; `?api_key=` is ignored (the status line says so);
-// `?threads=N` sets the WASM threads; `#edge_test=1` installs the test hook below.
+// `?threads=N` sets the WASM threads; `?provider=wasm` (or `webgpu`) picks the decoder's provider (default `auto`:
+// WebGPU where the browser has a hardware adapter); `#edge_test=1` installs the test hook below.
 //
 // Memory: the page keeps counts of what it decoded, not the audio: PCM goes to the AudioWorklet, which drops
 // what it played. Only with the test hook does an utterance keep frames and PCM for the test to read, and then
@@ -27,7 +28,10 @@
 //        segmentEnds and resets cover the first CAPTURE_FRAMES frames (captureComplete: all of them)
 //   playRecording(bytes: number[]) -> as speak: a codec-stream recording ("QCS\x01" framing) through the same
 //        parser, decoder worker and status line as the WebSocket's messages (hostile and cut-off streams)
-//   setApiKey(key), reloadPlan({threads}) -> {planSeconds, threads, cached, error}   (threads: as ?threads=N)
+//   setApiKey(key), reloadPlan({threads, provider, softwareAdapter, placement}) -> {planSeconds, threads, cached,
+//        error, provider, adapter, fallback, warmSeconds, placement}   (threads, provider: as ?threads=N,
+//        ?provider=; softwareAdapter: decode on a software WebGPU adapter (SwiftShader) too; placement: the
+//        provider of each node, from onnxruntime's verbose log)
 //   typedResult() -> as speak, plus {textPieces, framesAtEnd}, of the last utterance streamed as typed (null:
 //        none yet), once it is over: the pieces sent, and the frames received when `end` was sent
 //   memory() -> {frames, samples, framesReceived, samplesDecoded, captureFrames, samplesPerFrame}: the frames and
@@ -105,6 +109,7 @@ function readAddress() {
   if (key) ui.apiKey.value = key;
   return {
     threads: url.searchParams.has("threads") ? Number.parseInt(url.searchParams.get("threads"), 10) || null : null,
+    provider: url.searchParams.get("provider") ?? "auto",
     testHooks: parts.some(([name, value]) => name === "edge_test" && value === "1"),
     notice: queryKey
       ? "The API key in the address's query (?api_key=) is ignored: a query is sent to the server and kept in " +
@@ -121,6 +126,7 @@ const state = {
   worker: null,
   workerInfo: null,
   threads: address.threads, // WASM threads asked for (?threads=N, reloadPlan({threads})); null: the worker's default
+  decoderOptions: { provider: address.provider, softwareAdapter: false, placement: false }, // the worker's init
   planLoading: null, // Promise of the load in progress
   busy: false,
   cancel: null, // cancels the utterance in progress
@@ -233,6 +239,16 @@ async function openCache() {
   }
 }
 
+/** What decodes: onnxruntime-web's provider, its adapter or threads, and why not WebGPU where it is WASM. */
+function decoderSummary({ provider, adapter, threads, fallback }) {
+  if (provider === "webgpu") {
+    const name = [adapter?.vendor, adapter?.architecture].filter(Boolean).join(" ") || "an adapter";
+    return `onnxruntime-web WebGPU (${name})`;
+  }
+  const isolation = crossOriginIsolated ? "" : " (not cross-origin isolated)";
+  return `onnxruntime-web WASM, ${threads} thread(s)${isolation}${fallback ? `; ${fallback}` : ""}`;
+}
+
 /** Load the plan (Cache Storage, sha256 checked once) and a fresh decoder worker with it. */
 async function reloadPlan() {
   if (state.planLoading) return state.planLoading;
@@ -248,7 +264,7 @@ async function reloadPlan() {
     const worker = startWorker();
     try {
       const artifacts = [...loaded.artifacts.entries()];
-      const fields = { plan: loaded.plan, artifacts, threads: state.threads };
+      const fields = { plan: loaded.plan, artifacts, threads: state.threads, ...state.decoderOptions };
       state.workerInfo = await worker.call("init", fields, artifacts.map(([, b]) => b));
     } catch (error) {
       worker.terminate();
@@ -259,11 +275,10 @@ async function reloadPlan() {
     state.plan = loaded.plan;
     state.planSeconds = (performance.now() - started) / 1000;
     const from = loaded.cached.length ? `${loaded.cached.length} file(s) from the cache` : "verified by sha256";
-    ui.details.textContent =
-      `plan ${loaded.plan.plan_id.slice(0, 12)} (${HARDWARE_CLASS}), ${from}; onnxruntime-web WASM, ` +
-      `${state.workerInfo.threads} thread(s)${crossOriginIsolated ? "" : " (not cross-origin isolated)"}`;
+    ui.details.textContent = `plan ${loaded.plan.plan_id.slice(0, 12)} (${HARDWARE_CLASS}), ${from}; ${decoderSummary(state.workerInfo)}`;
     showNumbers({ planSeconds: state.planSeconds });
-    return { planSeconds: state.planSeconds, threads: state.workerInfo.threads, cached: loaded.cached, error: null };
+    const { provider, adapter, fallback, threads, warmSeconds, placement } = state.workerInfo;
+    return { planSeconds: state.planSeconds, cached: loaded.cached, error: null, provider, adapter, fallback, threads, warmSeconds, placement };
   })();
   try {
     return await state.planLoading;
@@ -779,8 +794,14 @@ if (address.testHooks) {
         showStatus(`Error: ${error.message}`, { error: true });
       }
     },
-    async reloadPlan({ threads } = {}) {
+    async reloadPlan({ threads, provider, softwareAdapter, placement } = {}) {
       if (threads !== undefined) state.threads = threads;
+      const options = state.decoderOptions;
+      state.decoderOptions = {
+        provider: provider ?? options.provider,
+        softwareAdapter: softwareAdapter ?? options.softwareAdapter,
+        placement: placement ?? false,
+      };
       try {
         const loaded = await reloadPlan();
         showStatus("Ready.");

@@ -1,25 +1,34 @@
-// The page's decoder, off the main thread: a module Web Worker holding one StatefulDecoder over
-// onnxruntime-web (WASM). Requests are handled one at a time, in order (each awaits the previous), so frames
-// are decoded in the order they arrived.
+// The page's decoder, off the main thread: a module Web Worker holding one StatefulDecoder over onnxruntime-web,
+// on its WebGPU provider where the browser gives a hardware adapter, on WASM otherwise. Requests are handled one
+// at a time, in order (each awaits the previous), so frames are decoded in the order they arrived.
 //
 // Requests {id, type, ...} -> replies {id, ok: true, ...} or {id, ok: false, error}:
-//   init   {plan, artifacts: [[file, ArrayBuffer]], threads} -> {threads, seconds, sampleRate, samplesPerFrame}
-//          (threads: null for min(hardwareConcurrency, 4); WASM threads need cross-origin isolation, else 1)
+//   init   {plan, artifacts: [[file, ArrayBuffer]], threads, provider, softwareAdapter, placement}
+//          -> {provider, adapter, fallback, threads, seconds, warmSeconds, sampleRate, samplesPerFrame, placement}
+//          provider: "auto" (WebGPU when an adapter is there, else WASM), "webgpu" or "wasm". A software adapter
+//          (SwiftShader: Chromium without a GPU) is slower than WASM and is used only with softwareAdapter (tests).
+//          threads: WASM threads, null for min(hardwareConcurrency, 4); they need cross-origin isolation, else 1.
+//          Both step sizes run once at init (WebGPU compiles its shaders then), so the first audio waits for none.
+//          placement (tests): the provider onnxruntime put each node on, from its verbose log
+//          {provider: [[op type, node name]]} (after its graph optimizations: fused nodes have new names).
 //   reset  {}                                         -> {}
 //   frames {frames: Int32Array, count, flags}         -> {pcm: Float32Array, seconds}  (reset before, flush after
 //                                                        a segment end or end of stream, as the flags say)
 //   flush  {}                                         -> {pcm: Float32Array, seconds}
 
-import * as ort from "./ort/ort.min.mjs";
-
 import { openPlanRunners } from "./edge/ort_step_runner.mjs";
 import { StatefulDecoder } from "./edge/stateful_decoder.mjs";
 
-ort.env.wasm.wasmPaths = new URL("./ort/", import.meta.url).href;
+// The WASM-only bundle is half the runtime's bytes; the WebGPU bundle (onnxruntime's native WebGPU provider, which
+// also runs WASM) is loaded only for a WebGPU adapter.
+const BUNDLES = { wasm: "./ort/ort.wasm.min.mjs", webgpu: "./ort/ort.webgpu.min.mjs" };
 const DEFAULT_THREADS = Math.max(1, Math.min(navigator.hardwareConcurrency || 1, 4));
 const MAX_THREADS = 16;
+const PROVIDERS = ["auto", "webgpu", "wasm"];
+const SOFTWARE_ARCHITECTURES = ["swiftshader"];
 
 let decoder = null;
+let placementLog = null; // the verbose log's placement lines while a session with placement is made
 
 function concat(a, b) {
   if (!a.length) return b;
@@ -30,19 +39,113 @@ function concat(a, b) {
   return out;
 }
 
+/** onnxruntime's log goes to the console; its placement lines are kept while placementLog is set. */
+function tapConsole() {
+  for (const level of ["log", "info", "warn", "error"]) {
+    const original = console[level].bind(console);
+    console[level] = (...args) => {
+      if (placementLog && typeof args[0] === "string" && args[0].includes("VerifyEachNodeIsAssignedToAnEp")) {
+        placementLog.push(args[0]);
+        return;
+      }
+      original(...args);
+    };
+  }
+}
+
+/** `{provider: [[op type, node name]]}` from onnxruntime's "Node(s) placed on [P]" lines and the node lines after. */
+function readPlacement(lines) {
+  const placement = {};
+  let current = null;
+  for (const line of lines) {
+    const header = /Node\(s\) placed on \[(\w+)\]/.exec(line);
+    if (header) {
+      current = placement[header[1]] ??= [];
+      continue;
+    }
+    const node = /VerifyEachNodeIsAssignedToAnEp\]\s+(\S+) \((.*)\)\s*$/.exec(line);
+    if (node && current) current.push([node[1], node[2]]);
+  }
+  return placement;
+}
+
+/** The WebGPU adapter to decode on, or why there is none: {adapter, info, reason}. */
+async function webgpuAdapter(softwareAdapter) {
+  if (!globalThis.navigator?.gpu) return { adapter: null, reason: "this browser has no WebGPU (navigator.gpu)" };
+  let adapter = null;
+  try {
+    adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
+  } catch (error) {
+    return { adapter: null, reason: `WebGPU gave no adapter: ${error.message ?? error}` };
+  }
+  if (!adapter) return { adapter: null, reason: "WebGPU gave no adapter (no GPU, or it is blocklisted)" };
+  const info = adapter.info ?? {};
+  const summary = { vendor: info.vendor ?? "", architecture: info.architecture ?? "", description: info.description ?? "" };
+  const software = Boolean(info.isFallbackAdapter ?? adapter.isFallbackAdapter) || SOFTWARE_ARCHITECTURES.includes(summary.architecture);
+  if (software && !softwareAdapter) {
+    return { adapter: null, info: summary, reason: `the WebGPU adapter is software (${summary.architecture || "fallback"}): WASM is faster` };
+  }
+  return { adapter, info: summary, reason: null };
+}
+
+/** Run each distinct step size once on zero codes, then forget the stream: shaders and kernels made before audio. */
+async function warm(main, first) {
+  const started = performance.now();
+  for (const runner of new Set([first, main].filter(Boolean))) {
+    const decoderForSize = new StatefulDecoder(runner);
+    const frames = new Int32Array(runner.contract.step_frames * runner.contract.num_quantizers);
+    await decoderForSize.feed(frames, runner.contract.step_frames);
+    decoderForSize.reset();
+  }
+  return (performance.now() - started) / 1000;
+}
+
 const handlers = {
-  async init({ plan, artifacts, threads = null }) {
+  async init({ plan, artifacts, threads = null, provider = "auto", softwareAdapter = false, placement = false }) {
     const started = performance.now();
+    if (!PROVIDERS.includes(provider)) throw new Error(`provider must be one of ${PROVIDERS.join(", ")}, got ${provider}`);
     const asked = Number.isSafeInteger(threads) ? Math.max(1, Math.min(threads, MAX_THREADS)) : DEFAULT_THREADS;
-    const { main, first } = await openPlanRunners(ort, plan, new Map(artifacts), {
+    let chosen = "wasm";
+    let fallback = provider === "wasm" ? "asked for WASM" : null;
+    let adapterInfo = null;
+    if (provider !== "wasm") {
+      const found = await webgpuAdapter(softwareAdapter);
+      adapterInfo = found.info ?? null;
+      if (found.adapter) chosen = "webgpu";
+      else fallback = found.reason;
+      if (provider === "webgpu" && !found.adapter) throw new Error(`WebGPU was asked for: ${found.reason}`);
+    }
+    const ort = await import(BUNDLES[chosen]);
+    ort.env.wasm.wasmPaths = new URL("./ort/", import.meta.url).href;
+    if (placement) {
+      tapConsole();
+      placementLog = [];
+    }
+    const options = {
       threads: self.crossOriginIsolated ? asked : 1,
-    });
-    decoder = new StatefulDecoder(main, first);
+      provider: chosen,
+      sessionOptions: placement ? { logSeverityLevel: 0 } : {},
+    };
+    let runners;
+    try {
+      runners = await openPlanRunners(ort, plan, new Map(artifacts), options);
+    } finally {
+      artifacts.length = 0; // the worker keeps no copy of the weights once the session holds them
+    }
+    const log = placementLog;
+    placementLog = null;
+    decoder = new StatefulDecoder(runners.main, runners.first);
+    const warmSeconds = await warm(runners.main, runners.first);
     return {
-      threads: ort.env.wasm.numThreads,
+      provider: chosen,
+      adapter: chosen === "webgpu" ? adapterInfo : null,
+      fallback,
+      threads: chosen === "wasm" ? ort.env.wasm.numThreads : null,
       seconds: (performance.now() - started) / 1000,
+      warmSeconds,
       sampleRate: decoder.sampleRate,
       samplesPerFrame: decoder.samplesPerFrame,
+      placement: log ? readPlacement(log) : null,
     };
   },
   async reset() {

@@ -132,7 +132,7 @@ def test_the_dynamic_form_needs_the_npu_layout(small_decoder, tmp_path):
     from vllm_omni.edge.backends.onnx import export_step_onnx
     from vllm_omni.edge.errors import EdgeExportError
 
-    with pytest.raises(EdgeExportError, match="npu_dynamic form needs an NPU layout"):
+    with pytest.raises(EdgeExportError, match="npu_dynamic form takes the layouts time_on_height, not 'time_on_width'"):
         export_step_onnx(small_decoder, 4, tmp_path / "dyn.onnx", form="npu_dynamic")
 
 

@@ -38,13 +38,14 @@ def test_builtin_classes_say_what_they_decode_with():
     )
     assert "rk3576" in rockchip.targets
     assert classes["cpu_arm64"].backend == classes["cpu_x86_64"].backend == "onnxruntime"
-    # The page runs the CPU classes' step graph in onnxruntime-web; Python checks and decodes the same plan.
+    # The page runs the CPU classes' builder in the webgpu layout in onnxruntime-web; Python checks and decodes the
+    # same plan.
     browser, cpu = classes["browser"], classes["cpu_x86_64"]
     assert (browser.graph_kind, browser.backend, browser.builder, browser.defaults) == (
         cpu.graph_kind,
         cpu.backend,
         cpu.builder,
-        {"first_step_frames": 2, "step_frames": 16},
+        {"first_step_frames": 2, "step_frames": 16, "graph_layout": "webgpu"},
     )
     assert "onnxruntime-web" in browser.description and "Web Worker" in browser.description
     # Builders by name (vllm_omni.edge.builders.registry resolves them; tests/edge/builders/test_registry.py).

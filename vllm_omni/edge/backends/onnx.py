@@ -70,6 +70,26 @@ def op_report(path: str | os.PathLike[str]) -> OpReport:
     return OpReport(sum(counts.values()), dict(counts), {op: counts[op] for op in RKNN_RISK_OPS if counts[op]})
 
 
+def shape_nodes(path: str | os.PathLike[str]) -> set[str]:
+    """The names of the nodes that compute only shapes: each reads a ``Shape``'s output, or values computed from
+    shapes and constants alone. onnxruntime runs these on the CPU whatever the provider (they are host-side
+    arithmetic on a few int64 values); every other node of a graph for a device's provider should run there."""
+    model = _onnx().load(str(path), load_external_data=False)
+    constant = {tensor.name for tensor in model.graph.initializer}
+    from_shapes: set[str] = set()
+    names: set[str] = set()
+    for node in model.graph.node:  # topological order (ONNX requires it)
+        inputs = [name for name in node.input if name]
+        if node.op_type == "Constant":
+            constant.update(node.output)
+        elif node.op_type == "Shape" or (
+            inputs and all(n in constant or n in from_shapes for n in inputs) and any(n in from_shapes for n in inputs)
+        ):
+            from_shapes.update(node.output)
+            names.add(node.name)
+    return names
+
+
 GRAPH_LAYOUT_KEY = "qwen3_tts.graph_layout"
 PASS_FRAMES_KEY = "qwen3_tts.pass_frames"
 
@@ -195,7 +215,7 @@ def export_step_onnx(
     """
     import torch
 
-    from ..graphs.layouts import DEFAULT_LAYOUT, NPU_LAYOUT, get_layout, layouts_for
+    from ..graphs.layouts import DEFAULT_LAYOUT, get_layout, layouts_for
     from .onnx_cpu import optimize_for_cpu
 
     if form not in STEP_FORMS:
@@ -210,10 +230,10 @@ def export_step_onnx(
             f"the {layout.name} layout is exported by {layout.exporter}, not to ONNX; ONNX step graphs take "
             f"{', '.join(layouts_for('onnx'))}"
         )
-    if form == "cpu" and layout.name != DEFAULT_LAYOUT:
-        raise EdgeExportError(f"the cpu form has no layout {graph_layout!r}; layouts are for the npu forms")
-    if form == "npu_dynamic" and layout.name == DEFAULT_LAYOUT:
-        raise EdgeExportError(f"the npu_dynamic form needs an NPU layout (graph_layout={NPU_LAYOUT!r})")
+    if form not in layout.forms:
+        raise EdgeExportError(
+            f"the {form} form takes the layouts {', '.join(layouts_for('onnx', form))}, not {layout.name!r}"
+        )
     step = layout.make_step(decoder, step_frames, dynamic=dynamic, pass_frames=pass_frames).eval()
     dynamic_axes = (
         {"audio_codes": {2: "step_frames"}, "freqs_in": {0: "step_frames"}, "audio_values": {0: "samples"}}

@@ -41,7 +41,9 @@ def build_windowed(hardware_class: HardwareClass, request: BuildRequest) -> Exec
 
 
 def build_onnx_steps(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
-    graphs, model = export_steps(hardware_class, request)
+    graphs, model = export_steps(
+        hardware_class, request, graph_layout=class_default(None, hardware_class, "graph_layout")
+    )
     steps = {
         role: StepArtifact(
             path=path,

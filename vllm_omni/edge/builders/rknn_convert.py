@@ -203,9 +203,9 @@ def run(args: ConvertRequest, report: Callable[[str], None] = logger.info) -> Co
         raise ConvertUsageError(
             f"--check-steps must be >= 3 (the check streams through the cache), found {args.check_steps}"
         )
-    if args.graph_layout not in layouts_for("onnx"):
+    if args.graph_layout not in layouts_for("onnx", "npu"):
         raise ConvertUsageError(
-            f"--graph-layout must be one of {', '.join(layouts_for('onnx'))}, found {args.graph_layout}"
+            f"--graph-layout must be one of {', '.join(layouts_for('onnx', 'npu'))}, found {args.graph_layout}"
         )
     if args.dynamic_input and (args.first_onnx or not args.first_codes_length):
         raise ConvertUsageError(

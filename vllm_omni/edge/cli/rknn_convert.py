@@ -58,10 +58,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--graph-layout",
-        choices=layouts_for("onnx"),
+        choices=layouts_for("onnx", "npu"),
         default=NPU_LAYOUT,
         help="formulation of graphs exported here: "
-        + "; ".join(f"{name}: {GRAPH_LAYOUTS[name].summary}" for name in layouts_for("onnx")),
+        + "; ".join(f"{name}: {GRAPH_LAYOUTS[name].summary}" for name in layouts_for("onnx", "npu")),
     )
     parser.add_argument(
         "--pass-frames",

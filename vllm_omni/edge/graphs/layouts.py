@@ -8,7 +8,10 @@ All of them compute the same function with the same contract and flat-cache layo
 - ``time_on_height`` (:class:`~.npu_layout.Code2WavNpuStep`): the waveform stage with time on the
   height axis, which keeps rknn-toolkit2's register fields in range; static, dynamic, or in passes;
 - ``xnnpack_whole`` (:class:`~.phone_layout.Code2WavPhoneStep`): the ops ExecuTorch's XNNPACK
-  partitioner delegates whole; a static step size only.
+  partitioner delegates whole; a static step size only;
+- ``webgpu`` (:class:`~.web_layout.Code2WavWebStep`): the CPU form with every sine and cosine a
+  range-reduced polynomial (WGSL's own are loose) and int32 codes (no int64 node left for the CPU):
+  the browser's graph, for onnxruntime-web's WebGPU and WASM providers alike.
 
 This is the one registry of them. It imports no torch: the names and what each layout takes are
 data (a CLI lists them without loading torch); a layout's step class is imported when it is asked
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
 DEFAULT_LAYOUT = "time_on_width"
 NPU_LAYOUT = "time_on_height"
 PHONE_LAYOUT = "xnnpack_whole"
+WEB_LAYOUT = "webgpu"
 
 
 def _time_on_width() -> type[Code2WavStep]:
@@ -49,13 +53,20 @@ def _xnnpack_whole() -> type[Code2WavStep]:
     return Code2WavPhoneStep
 
 
+def _webgpu() -> type[Code2WavStep]:
+    from .web_layout import Code2WavWebStep
+
+    return Code2WavWebStep
+
+
 @dataclass(frozen=True)
 class GraphLayout:
     """One formulation of the step graph and what it can be asked for.
 
     ``exporter``: the export that traces it (``onnx``: :func:`vllm_omni.edge.backends.onnx.export_step_onnx`;
     ``executorch``: the phone step program). ``dynamic``: it traces at a symbolic B (one graph for several
-    step sizes). ``passes``: it decodes a step in passes of fewer frames (``pass_frames``).
+    step sizes). ``passes``: it decodes a step in passes of fewer frames (``pass_frames``). ``forms``: the ONNX
+    step forms it is exported in (:data:`vllm_omni.edge.backends.onnx.STEP_FORMS`; none for ExecuTorch).
     """
 
     name: str
@@ -64,6 +75,7 @@ class GraphLayout:
     passes: bool
     summary: str
     load: Callable[[], type[Code2WavStep]]
+    forms: tuple[str, ...] = ()
 
     def step_class(self) -> type[Code2WavStep]:
         """The ``nn.Module`` class of this layout (imports torch)."""
@@ -90,7 +102,13 @@ GRAPH_LAYOUTS: dict[str, GraphLayout] = {
     layout.name: layout
     for layout in (
         GraphLayout(
-            DEFAULT_LAYOUT, "onnx", dynamic=True, passes=False, summary="time on the width axis", load=_time_on_width
+            DEFAULT_LAYOUT,
+            "onnx",
+            dynamic=True,
+            passes=False,
+            summary="time on the width axis",
+            load=_time_on_width,
+            forms=("cpu", "npu"),
         ),
         GraphLayout(
             NPU_LAYOUT,
@@ -99,6 +117,7 @@ GRAPH_LAYOUTS: dict[str, GraphLayout] = {
             passes=True,
             summary="the waveform stage with time on the height axis (Rockchip NPU)",
             load=_time_on_height,
+            forms=("npu", "npu_dynamic"),
         ),
         GraphLayout(
             PHONE_LAYOUT,
@@ -107,6 +126,15 @@ GRAPH_LAYOUTS: dict[str, GraphLayout] = {
             passes=False,
             summary="the ops XNNPACK delegates whole (ExecuTorch on phones)",
             load=_xnnpack_whole,
+        ),
+        GraphLayout(
+            WEB_LAYOUT,
+            "onnx",
+            dynamic=True,
+            passes=False,
+            summary="the CPU form with range-reduced polynomial sines (no sin or cos op), int32 codes (WebGPU, WASM)",
+            load=_webgpu,
+            forms=("cpu",),
         ),
     )
 }
@@ -120,9 +148,14 @@ def get_layout(name: str) -> GraphLayout:
     return layout
 
 
-def layouts_for(exporter: str) -> tuple[str, ...]:
-    """The names of the layouts ``exporter`` (``onnx`` or ``executorch``) traces, in registry order."""
-    return tuple(name for name, layout in GRAPH_LAYOUTS.items() if layout.exporter == exporter)
+def layouts_for(exporter: str, form: str | None = None) -> tuple[str, ...]:
+    """The names of the layouts ``exporter`` (``onnx`` or ``executorch``) traces, in registry order; with ``form``,
+    those exported in that ONNX step form."""
+    return tuple(
+        name
+        for name, layout in GRAPH_LAYOUTS.items()
+        if layout.exporter == exporter and (form is None or form in layout.forms)
+    )
 
 
 def step_class(name: str) -> type[Code2WavStep]:

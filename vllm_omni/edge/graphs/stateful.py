@@ -239,6 +239,11 @@ class Code2WavStep(nn.Module):
     def _layer_norm(self, module: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
         return module(hidden)
 
+    def _rotary(self, freqs_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE's ``cos`` and signed ``sin`` tables ``[B, D]`` of the host's angles ``freqs_in`` (in ``[0, 2 pi)``)."""
+        angles = torch.cat([freqs_in, freqs_in], dim=-1)
+        return torch.cos(angles), torch.sin(angles) * self.rotate_sign
+
     # -- stateful pieces -------------------------------------------------------------------------
 
     def _conv(self, cache: _CacheIO, name: str, module: CausalConv1d, hidden: torch.Tensor) -> torch.Tensor:
@@ -379,8 +384,7 @@ class Code2WavStep(nn.Module):
         hidden = self._conv(cache, "pre_conv", decoder.pre_conv, hidden).transpose(1, 2)
 
         transformer = decoder.pre_transformer
-        angles = torch.cat([freqs_in, freqs_in], dim=-1)
-        cos, sin_signed = torch.cos(angles), torch.sin(angles) * self.rotate_sign
+        cos, sin_signed = self._rotary(freqs_in)
         mask_grid, slot_threshold = self.mask_grid, self.slot_threshold
         if self.dynamic:  # the grid is relative: B frames use its first B rows and slots + B columns
             frames = audio_codes.shape[-1]

@@ -2,7 +2,7 @@
 
 A step graph decodes ``step_frames`` (B) new frames from continuous state::
 
-    audio_codes  int64[1, Q, B]        the new frames, codebook-major
+    audio_codes  int64[1, Q, B]        the new frames, codebook-major (int32 where codes_dtype says so)
     freqs_in     float32[B, D/2]       RoPE angles pos * inv_freq, reduced mod 2*pi on the host
     cache_valid  float32[1]            real KV slots: min(position, kv_slots)
     cache_in     float32[N]            the flat cache
@@ -51,6 +51,7 @@ MAX_LAYOUT_RANK: int = _SHAPE["maxItems"]
 MAX_LAYOUT_DIM: int = _SHAPE["items"]["maximum"]
 INPUT_NAMES: tuple[str, ...] = tuple(_FIELDS["input_names"]["const"])
 OUTPUT_NAMES: tuple[str, ...] = tuple(_FIELDS["output_names"]["const"])
+CODES_DTYPES: tuple[str, ...] = tuple(_FIELDS["codes_dtype"]["enum"])  # the first is the default
 
 
 class StepContractError(EdgeError):
@@ -145,6 +146,7 @@ class StepContract:
     geometry: dict[str, Any] = field(default_factory=dict, repr=False)
     schema_version: int = STEP_SCHEMA_VERSION
     max_step_frames: int | None = None  # None: a static graph; else any B in 1..max_step_frames
+    codes_dtype: str = CODES_DTYPES[0]  # audio_codes' element type (numpy's name)
 
     @property
     def dynamic(self) -> bool:
@@ -189,6 +191,8 @@ class StepContract:
         values.pop("layout")
         if values["max_step_frames"] is None:  # static graphs keep the metadata (and bytes) they always had
             values.pop("max_step_frames")
+        if values["codes_dtype"] == CODES_DTYPES[0]:  # so do graphs taking int64 codes
+            values.pop("codes_dtype")
         names = {"samples_per_frame": "hop"}
         metadata = {f"qwen3_tts.{names.get(k, k)}": json.dumps(v) for k, v in values.items()}
         metadata["qwen3_tts.cache_layout"] = json.dumps(self.layout.to_json())
@@ -216,7 +220,7 @@ class StepContract:
         Checked in this order, the first fault raising :class:`StepContractError`: schema_version,
         rope_inv_freq, geometry, the integer fields in the step schema's order (:data:`COUNT_BOUNDS`),
         the cache layout (rows, then offsets and sizes), max_step_frames, then step_frames against it,
-        the layout's sum against cache_numel and the RoPE count against head_dim. The browser's
+        the layout's sum against cache_numel, the RoPE count against head_dim, then codes_dtype. The browser's
         reader (``web/edge/stateful_decoder.mjs``) checks in the same order with the same messages.
         """
 
@@ -283,6 +287,13 @@ class StepContract:
             raise StepContractError(
                 f"{source}: {len(contract.rope_inv_freq)} RoPE frequencies for head_dim {contract.head_dim}"
             )
+        if "qwen3_tts.codes_dtype" in metadata:
+            codes_dtype = read("codes_dtype")
+            if codes_dtype not in CODES_DTYPES:
+                raise StepContractError(
+                    f"{source}: codes_dtype must be one of {', '.join(CODES_DTYPES)}, found {str(codes_dtype)[:20]!r}"
+                )
+            contract = replace(contract, codes_dtype=codes_dtype)
         return contract
 
 

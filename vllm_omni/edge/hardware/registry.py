@@ -138,14 +138,15 @@ BUILTIN_CLASSES = (
     ),
     HardwareClass(
         name="browser",
-        description="web page: the CPU classes' stateful ONNX step graph, which the page served at /edge/browser/ "
-        "runs in onnxruntime-web (WASM) in a Web Worker; onnxruntime in Python checks and decodes the same plan "
-        "(exact)",
+        description="web page: one stateful ONNX step graph in the webgpu layout (the CPU form, sines as "
+        "range-reduced polynomials, int32 codes), which the page served at /edge/browser/ runs in onnxruntime-web in a "
+        "Web Worker, on WebGPU where the browser has an adapter and on WASM otherwise; onnxruntime in Python checks "
+        "and decodes the same plan (exact)",
         graph_kind="stateful",
         backend="onnxruntime",
         dtype="fp32",
         builder="onnx_steps",
-        defaults={"first_step_frames": 2, "step_frames": 16},
+        defaults={"first_step_frames": 2, "step_frames": 16, "graph_layout": "webgpu"},
     ),
 )
 

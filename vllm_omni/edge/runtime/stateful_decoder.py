@@ -124,7 +124,7 @@ class StatefulDecoder:
     def _step(self, runner: StepRunner, frames: np.ndarray, real_frames: int | None = None) -> np.ndarray:
         size = runner.contract.step_frames
         real = size if real_frames is None else real_frames
-        codes = np.ascontiguousarray(frames.T[None])
+        codes = np.ascontiguousarray(frames.T[None], dtype=runner.contract.codes_dtype)
         freqs = rope_angles(self._position, size, self._inv_freq)
         valid = np.array([min(self._position, self.contract.kv_slots)], dtype=np.float32)
         audio, cache = runner.run(codes, freqs, valid, self._cache)

@@ -2,7 +2,8 @@
 
 ``make setup-browser`` installs ``chromium`` and ``chromium-driver``. The flags keep a headless root
 process quiet on a closed network (no background connections, updates or sync) and let the page's
-AudioWorklet play without a click.
+AudioWorklet play without a click. ``software_webgpu`` gives the page WebGPU without a GPU: SwiftShader's
+Vulkan driver, which Debian's chromium ships, as Chromium's own fuzzers run it.
 """
 
 from __future__ import annotations
@@ -12,14 +13,28 @@ from typing import Any
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 WINDOW = (1000, 700)  # the screenshot in docs/serving/browser.md
+SOFTWARE_WEBGPU_FLAGS = (
+    "--enable-unsafe-webgpu",
+    "--enable-features=Vulkan",
+    "--use-vulkan=swiftshader",
+    "--use-webgpu-adapter=swiftshader",
+    "--disable-vulkan-surface",
+    "--ignore-gpu-blocklist",
+)
 
 
 def open_headless_chromium(
-    profile: Path, *, log_path: Path | None = None, console_log: bool = False, network_log: bool = False
+    profile: Path,
+    *,
+    log_path: Path | None = None,
+    console_log: bool = False,
+    network_log: bool = False,
+    software_webgpu: bool = False,
 ) -> Any:
     """A Selenium driver of headless Chromium with a fresh profile in ``profile``; ``log_path``: chromedriver's log;
     ``console_log``: the page's console as ``driver.get_log("browser")``; ``network_log``: DevTools' Network events
-    (requests with their URL and headers, responses with theirs) as ``driver.get_log("performance")``."""
+    (requests with their URL and headers, responses with theirs) as ``driver.get_log("performance")``;
+    ``software_webgpu``: ``navigator.gpu`` gives SwiftShader's adapter (architecture ``swiftshader``), else no GPU."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -31,7 +46,7 @@ def open_headless_chromium(
     for flag in (
         "--headless=new",
         "--no-sandbox",
-        "--disable-gpu",
+        *(SOFTWARE_WEBGPU_FLAGS if software_webgpu else ("--disable-gpu",)),
         "--disable-background-networking",
         "--disable-component-update",
         "--disable-sync",

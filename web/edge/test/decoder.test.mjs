@@ -24,6 +24,11 @@ const utterance = (name) => {
   };
 };
 
+test("the browser plan's graph takes int32 codes (no int64 kernel for WebGPU)", () => {
+  const expected = cases.hardware_class === "browser" ? "int32" : undefined;
+  for (const role of ["main", "first"]) assert.equal(plan.artifacts[role].contract.codes_dtype, expected, role);
+});
+
 async function openDecoder() {
   const files = new Set(Object.values(plan.artifacts).map((a) => a.file));
   const artifacts = new Map([...files].map((file) => [file, readFileSync(fixturePath("decode", cases.plan_dir, file))]));
