@@ -48,6 +48,7 @@ SERVE_ARGS = ["--max-model-len", "160"]
 UTTERANCES = (("Hello there, this is a test.", "Ryan"), ("Good morning, how are you?", "Vivian"))
 TEST_HOOK = "edge_test=1"  # the page installs window.edgeTest only when its address's fragment asks
 PAGE_CAPTURE_FRAMES = 512  # app.mjs CAPTURE_FRAMES: the frames (and their PCM) an utterance keeps for a test
+PAGE_MEASURE_FRAMES = 24  # app.mjs MEASURE_FRAMES: the frames a page decodes before it judges its speed
 WEBGPU_LOAD_S = 180  # a plan on SwiftShader: the session, a verbose placement log, shaders compiled for both steps
 # SwiftShader's WebGPU against the full decode: 127.8 dB measured at the small geometry (WASM: 110-129 dB). The graph
 # has no sin or cos op (web_layout.py), so a GPU's loose builtins do not enter: WASM's bar, far above the issue's 60 dB.
@@ -247,13 +248,16 @@ def console(driver) -> str:
         return f"(no browser log: {error})"
 
 
-def speak(driver, text: str, voice: str, cancel_after_frames: int | None = None) -> dict:
+def speak(
+    driver, text: str, voice: str, cancel_after_frames: int | None = None, handover_rtf: float | None = None
+) -> dict:
     body = (
         "const options = {voice: args[1]};\n"
         "if (args[2] !== null) options.cancelAfterFrames = args[2];\n"
+        "if (args[3] !== null) options.handoverRtf = args[3];\n"
         "return await window.edgeTest.speak(args[0], options);"
     )
-    result = call(driver, body, text, voice, cancel_after_frames, timeout=SPEAK_S)
+    result = call(driver, body, text, voice, cancel_after_frames, handover_rtf, timeout=SPEAK_S)
     assert isinstance(result, dict) and "thrown" not in result, f"speak threw: {result}\n{console(driver)}"
     return result
 
@@ -352,6 +356,36 @@ def test_the_page_decodes_on_webgpu_exactly_with_only_shape_arithmetic_off_the_g
         )
     finally:
         reload_plan(browser, provider="auto", softwareAdapter=False)
+
+
+def test_a_page_too_slow_for_real_time_hands_over_to_the_servers_audio_without_a_gap(browser, server, full_decode):
+    """A page forced slow (``handoverRtf: 0``: any decode is too slow) switches to the server's audio after its
+    measuring frames: every sample is there once (frames x samples per frame), the page's part is its own exact
+    decode, the server's part is the server decoder's bit for bit, and the seam is as exact as the rest."""
+    from vllm_omni.edge.plan.model import ExecPlan
+    from vllm_omni.edge.runtime import open_decoder
+
+    result = speak(browser, *UTTERANCES[1], handover_rtf=0)
+    handover = result["handover"]
+    assert not result.get("error") and handover is not None, result.get("error") or "no hand-over"
+    frames = np.asarray(result["frames"], dtype=np.int64)
+    pcm = np.asarray(result["pcm"], dtype=np.float32)
+    server_plan = ExecPlan.load(server.artifacts / "cpu_x86_64", check_sha256=False)
+    per_frame = server_plan.codec.samples_per_frame
+    switch = handover["fromFrame"] * per_frame
+    assert result["captureComplete"] and handover["fromFrame"] >= PAGE_MEASURE_FRAMES, handover
+    assert pcm.size == frames.shape[0] * per_frame == result["sampleCount"], (pcm.size, frames.shape)
+    assert handover["serverSamples"] == pcm.size - switch > 0, (handover, pcm.size, switch)
+    decoder = open_decoder(server_plan)
+    served = np.concatenate([decoder.feed(frames), decoder.flush()])
+    assert np.array_equal(pcm[switch:], served[switch:]), "the played server audio is not the server's decode"
+    reference = full_decode(frames)
+    seam = slice(switch - 4 * per_frame, switch + 4 * per_frame)
+    snrs = [snr_db(reference[part], pcm[part]) for part in (slice(0, switch), seam, slice(switch, None))]
+    assert min(snrs) >= MIN_SNR_DB, f"page part, seam, server part: {snrs} dB"
+    assert "then by the server" in status_text(browser), status_text(browser)
+    print(f"hand-over at frame {handover['fromFrame']} (page RTF {handover['rtf']:.2f}): page, seam, server vs full "
+          f"decode {', '.join(f'{s:.1f}' for s in snrs)} dB; server part bit-exact")  # fmt: skip
 
 
 def test_a_wrong_key_shows_an_error_then_the_page_works_again(browser, full_decode):

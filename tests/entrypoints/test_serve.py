@@ -322,6 +322,65 @@ def test_websocket_refusals_and_cancel(server):
         time.sleep(0.5)
 
 
+def test_websocket_server_audio_follows_the_frames_from_the_asked_frame_on(server):
+    """The hand-over of a device too slow to decode: ``server_audio`` after some frames brings ``pcm`` messages from
+    that frame on, across a segment end, contiguous, all before done, bit for bit the server decoder's decode."""
+    import base64
+    import itertools
+
+    from websockets.sync.client import connect
+
+    from vllm_omni.edge.runtime import open_decoder
+
+    start = {"type": "start", "voice": "Ryan", "language": "English", "edge_hardware": "cpu_x86_64", "greedy": True}
+    start |= {"input": "Hello there. And a second sentence.", "max_frames": 12}
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    received, asked = [], None
+    with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}, open_timeout=60) as socket:
+        socket.send(json.dumps(start))
+        socket.send(json.dumps({"type": "end"}))
+        while socket.close_code is None:
+            try:
+                message = socket.recv(timeout=300)
+            except Exception:  # closed after done
+                break
+            received.append(message)
+            if asked is None and sum(isinstance(m, bytes) for m in received) == 3:
+                # the frame count of each frames message (a u16 at offset 2); the device played one frame fewer
+                asked = sum(int.from_bytes(m[2:4], "little") for m in received if isinstance(m, bytes)) - 1
+                socket.send(json.dumps({"type": "server_audio", "from_frame": asked}))
+        code = socket.close_code
+    assert code == 1000 and asked is not None and asked > 0
+    pcm = [json.loads(m) for m in received if isinstance(m, str) and json.loads(m).get("type") == "pcm"]
+    codec = [m for m in received if not (isinstance(m, str) and json.loads(m).get("type") == "pcm")]
+    assert json.loads(received[-1])["type"] == "done"  # every pcm message came before done
+    segments, current = [], []
+    for event in as_recording(codec):
+        if isinstance(event, FrameBatch):
+            current += list(event.frames)
+            if event.segment_end or event.end_of_stream:
+                if current:
+                    segments.append(np.asarray(current))
+                current = []
+    assert len(segments) == 2
+    plan = ExecPlan.load(server.artifacts / "cpu_x86_64", check_sha256=False)
+    decoder, per_frame = open_decoder(plan), plan.codec.samples_per_frame
+    served = np.concatenate([np.concatenate([decoder.feed(s), decoder.flush()]) for s in segments])
+    assert pcm[0]["first_sample"] == asked * per_frame
+    assert all(b["first_sample"] == a["first_sample"] + a["samples"] for a, b in itertools.pairwise(pcm))
+    samples = np.concatenate([np.frombuffer(base64.b64decode(m["audio"]), dtype="<f4") for m in pcm])
+    assert samples.size == sum(len(s) for s in segments) * per_frame - asked * per_frame
+    assert np.array_equal(samples, served[asked * per_frame :])
+
+    code, reason = socket_messages(server, [start, {"type": "server_audio", "from_frame": 10**6}])[1:]
+    assert code == 4400 and "server_audio from frame 1000000, but the session has sent" in reason
+    twice = [start, {"type": "server_audio", "from_frame": 0}, {"type": "server_audio", "from_frame": 0}]
+    code, reason = socket_messages(server, twice)[1:]
+    assert (code, reason) == (4400, "server_audio was already asked for in this session")
+    code, reason = socket_messages(server, [start, {"type": "server_audio", "from_frame": "3"}])[1:]
+    assert code == 4400 and "needs 'from_frame', a frame count >= 0, got '3'" in reason
+
+
 def openai_client(server):
     from openai import OpenAI
 

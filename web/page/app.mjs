@@ -23,9 +23,11 @@
 //
 // window.edgeTest (the test hook the Python browser test drives; only with `#edge_test=1` in the address):
 //   ready: Promise<void>        the first plan load and voice list were attempted (errors are in #status)
-//   speak(text, {voice, cancelAfterFrames}) -> {frameCount, sampleCount, frames, pcm, captureComplete,
-//        firstAudioSeconds, rtf, bytes, planSeconds, error, doneReason, segmentEnds, resets}: frames, pcm,
-//        segmentEnds and resets cover the first CAPTURE_FRAMES frames (captureComplete: all of them)
+//   speak(text, {voice, cancelAfterFrames, handoverRtf}) -> {frameCount, sampleCount, frames, pcm, captureComplete,
+//        firstAudioSeconds, rtf, bytes, planSeconds, error, doneReason, segmentEnds, resets, handover}: frames, pcm,
+//        segmentEnds and resets cover the first CAPTURE_FRAMES frames (captureComplete: all of them); handover:
+//        null, or {fromFrame, rtf, serverSamples} when the page switched to the server's audio (handoverRtf: the
+//        switch's bar instead of HANDOVER_RTF; 0 forces it)
 //   playRecording(bytes: number[]) -> as speak: a codec-stream recording ("QCS\x01" framing) through the same
 //        parser, decoder worker and status line as the WebSocket's messages (hostile and cut-off streams)
 //   setApiKey(key), reloadPlan({threads, provider, softwareAdapter, placement}) -> {planSeconds, threads, cached,
@@ -39,6 +41,7 @@
 //        received and decoded since it loaded
 
 import { loadPlan } from "./edge/plan.mjs";
+import { readPcmMessage, serverAudioRequest } from "./edge/server_audio.mjs";
 import { serverMessage } from "./edge/server_message.mjs";
 import { CodecStreamError, CodecStreamParser } from "./edge/stream.mjs";
 
@@ -48,6 +51,11 @@ const CACHE_NAME = "vllm-omni-edge-plans";
 const JITTER_SECONDS = 0.2;
 const RECORDING_PIECE_BYTES = 4096;
 const CAPTURE_FRAMES = 512; // with the test hook: the frames (and their PCM) an utterance keeps for the test
+// The hand-over: once the page has decoded MEASURE_FRAMES frames of an utterance, a decode slower than HANDOVER_RTF
+// (seconds of decoding per second of audio; 1 is just real time, and the jitter buffer needs room) switches the rest
+// of the utterance to audio the server decodes, on the same socket. The choice is made again for each utterance.
+const MEASURE_FRAMES = 24;
+const HANDOVER_RTF = 0.9;
 const MAX_PIECE_CHARS = 4096; // the server's default piece limit (--speech-max-input-chars): longer pastes split
 // The word being typed (held back until it ends, so fixing it is no edit of sent text): letters, digits, marks,
 // apostrophes and hyphens, except in scripts written without spaces (Han and kana are sent as they come).
@@ -384,10 +392,11 @@ class Capture {
  * its transport with `sink.ended(describe)`, `describe()` giving the Error for a stream that ended before
  * its done message. The parser, the decoder worker, the result and the status line are the same for both.
  */
-async function runUtterance(source, { cancelAfterFrames = null } = {}) {
+async function runUtterance(source, { cancelAfterFrames = null, handoverRtf = HANDOVER_RTF } = {}) {
   const result = {
     frameCount: 0, // frames received
-    sampleCount: 0, // samples decoded
+    sampleCount: 0, // samples played: decoded here, then (after a hand-over) by the server
+    handover: null, // {fromFrame, rtf, serverSamples}: where the server's audio took over, and why
     firstAudioSeconds: null,
     rtf: null,
     bytes: 0,
@@ -409,10 +418,12 @@ async function runUtterance(source, { cancelAfterFrames = null } = {}) {
   setSpeaking(true);
   const started = performance.now();
   let decodeSeconds = 0;
+  let decodedSamples = 0; // by the page: the RTF it measures
   let control = null;
   const received = () => result.frameCount;
   const addPcm = (pcm, seconds) => {
     decodeSeconds += seconds;
+    if (!result.handover) decodedSamples += pcm.length;
     if (!pcm.length) return;
     if (result.firstAudioSeconds === null) result.firstAudioSeconds = (performance.now() - started) / 1000;
     result.sampleCount += pcm.length;
@@ -422,7 +433,7 @@ async function runUtterance(source, { cancelAfterFrames = null } = {}) {
   };
   const update = () => {
     const rate = state.plan?.sample_rate ?? 24000;
-    result.rtf = result.sampleCount ? decodeSeconds / (result.sampleCount / rate) : null;
+    result.rtf = decodedSamples ? decodeSeconds / (decodedSamples / rate) : null;
     showNumbers({ ...result, planSeconds: state.planSeconds });
   };
   try {
@@ -439,6 +450,22 @@ async function runUtterance(source, { cancelAfterFrames = null } = {}) {
     showStatus(source.status);
     const parser = new CodecStreamParser();
 
+    const samplesPerFrame = state.workerInfo.samplesPerFrame;
+    /** Too slow for real time on the first MEASURE_FRAMES frames: the server's audio from the next frame on. */
+    async function handOverIfSlow() {
+      if (result.handover || !control?.serverAudio || decodedSamples < MEASURE_FRAMES * samplesPerFrame) return;
+      const rtf = decodeSeconds / (decodedSamples / plan.sample_rate);
+      if (!(rtf > handoverRtf)) return;
+      const fromFrame = decodedSamples / samplesPerFrame; // every frame decoded gave samplesPerFrame samples
+      result.handover = { fromFrame, rtf, serverSamples: 0 };
+      control.serverAudio(fromFrame);
+      await worker.call("reset"); // frames it holds undecoded are the server's now
+      showStatus(
+        `Playing the server's audio from ${(decodedSamples / plan.sample_rate).toFixed(2)} s on: this device decodes at ` +
+          `RTF ${rtf.toFixed(2)}, too slow for real time.`,
+      );
+    }
+
     async function handle(event) {
       if (event.type === "start") {
         checkStart(event, plan);
@@ -447,12 +474,26 @@ async function runUtterance(source, { cancelAfterFrames = null } = {}) {
         capture?.addFrames(event.frames, event.count, event.numQuantizers);
         result.frameCount += event.count;
         state.framesReceived += event.count;
-        const reply = await worker.call("frames", { frames: event.frames, count: event.count, flags: event.flags }, [
-          event.frames.buffer,
-        ]);
+        if (!result.handover) {
+          const reply = await worker.call("frames", { frames: event.frames, count: event.count, flags: event.flags }, [
+            event.frames.buffer,
+          ]);
+          addPcm(reply.pcm, reply.seconds);
+          await handOverIfSlow();
+        }
         if (event.flags.segmentEnd || event.flags.endOfStream) capture?.mark(capture.segmentEnds, received());
-        addPcm(reply.pcm, reply.seconds);
         if (cancelAfterFrames !== null && received() >= cancelAfterFrames) control?.cancel();
+      } else if (event.type === "pcm") {
+        const expected = result.handover ? result.handover.fromFrame * samplesPerFrame + result.handover.serverSamples : null;
+        if (event.firstSample !== expected) {
+          throw new Error(
+            expected === null
+              ? "the server sent audio this page did not ask for"
+              : `the server's audio starts at sample ${event.firstSample}, expected ${expected}: a gap or a repeat`,
+          );
+        }
+        result.handover.serverSamples += event.samples.length;
+        addPcm(event.samples, 0);
       } else if (event.type === "done") {
         result.doneReason = event.reason;
         if (event.reason === "error") result.error = `the server ended the stream with an error: ${event.error ?? "no message"}`;
@@ -510,13 +551,18 @@ async function runUtterance(source, { cancelAfterFrames = null } = {}) {
     play({ type: "end" });
     update();
     if (capture) result.captureComplete = capture.complete;
+    if (result.handover) showNumbers({ ...result, planSeconds: state.planSeconds });
     state.capture = null;
     state.busy = false;
     setSpeaking(false);
   }
   const seconds = result.sampleCount / (state.plan?.sample_rate ?? 24000);
+  const where = result.handover
+    ? `, decoded here up to ${(decodedSamples / (state.plan?.sample_rate ?? 24000)).toFixed(2)} s, then by ` +
+      `the server (this device decoded at RTF ${result.handover.rtf.toFixed(2)}, too slow for real time)`
+    : " decoded here";
   if (result.error) showStatus(`Error: ${result.error}`, { error: true });
-  else showStatus(`Done (${result.doneReason}): ${result.frameCount} frames, ${seconds.toFixed(2)} s of audio decoded here.`);
+  else showStatus(`Done (${result.doneReason}): ${result.frameCount} frames, ${seconds.toFixed(2)} s of audio${where}.`);
   return result;
 }
 
@@ -555,7 +601,11 @@ function socketSource(text, voice, typed = null) {
       socket.onmessage = ({ data }) => {
         messages += 1;
         if (typeof data === "string") {
-          sink.message(new TextEncoder().encode(data).length, (parser) => [parser.handleText(data)]);
+          const bytes = new TextEncoder().encode(data).length;
+          sink.message(bytes, (parser) => {
+            const pcm = readPcmMessage(data, state.plan.sample_rate); // audio the server decodes, after a hand-over
+            return [pcm ?? parser.handleText(data)];
+          });
         } else {
           sink.message(data.byteLength, (parser) => [parser.handleBinary(new Uint8Array(data))].filter(Boolean));
         }
@@ -565,6 +615,9 @@ function socketSource(text, voice, typed = null) {
       };
       return {
         cancel,
+        serverAudio(fromFrame) {
+          if (socket.readyState === WebSocket.OPEN) socket.send(serverAudioRequest(fromFrame));
+        },
         close() {
           if (socket.readyState <= WebSocket.OPEN) socket.close(1000);
         },
@@ -591,8 +644,8 @@ function recordingSource(bytes) {
   };
 }
 
-const speak = (text, { voice, cancelAfterFrames = null } = {}) =>
-  runUtterance(socketSource(text, voice), { cancelAfterFrames });
+const speak = (text, { voice, cancelAfterFrames = null, handoverRtf } = {}) =>
+  runUtterance(socketSource(text, voice), { cancelAfterFrames, handoverRtf });
 
 function stop() {
   state.stopRequested = true;

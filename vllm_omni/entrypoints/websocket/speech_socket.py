@@ -16,6 +16,7 @@ from vllm_omni.errors import RequestRefused
 
 from ..openai.speech_api import SpeechApiError, check_text, speech_body
 from ..server.serving_state import ServingState
+from .server_audio import ServerAudio, ServerAudioError
 from .socket_session import (
     CLOSE_BAD_MESSAGE,
     CLOSE_NOT_SERVED,
@@ -38,8 +39,10 @@ class SpeechSocket(SocketSession):
     Client -> server (JSON text messages): ``{"type": "start", ...}`` with the fields of
     ``POST /v1/audio/speech`` (``edge_hardware`` required, ``input`` optional); then any number of
     ``{"type": "text", "text": ...}``, ``{"type": "flush"}``; then ``{"type": "end"}``, or
-    ``{"type": "cancel"}`` at any time (after ``end`` too). Text pieces are joined as sent, whitespace
-    included. The start's ``text_mode`` says how they are spoken:
+    ``{"type": "cancel"}`` at any time (after ``end`` too). ``{"type": "server_audio", "from_frame": D}`` (once, at
+    any time) asks for the stream's audio decoded here from frame ``D`` on, as ``pcm`` text messages beside the
+    frames (:mod:`.server_audio`: a device too slow to decode in real time hands over without a gap). Text pieces
+    are joined as sent, whitespace included. The start's ``text_mode`` says how they are spoken:
 
     * ``"sentence"`` (default): cut into sentences (:class:`~.speech_text.TextSegmenter`); ``flush`` and
       ``end`` cut what is left. Each sentence is one request and one segment, generated as soon as the ones
@@ -76,6 +79,7 @@ class SpeechSocket(SocketSession):
         self.last_sent = 0.0  # when the last frames message left
         self.last_text = time.monotonic()  # when the last text piece came (stream mode's only sign of life)
         self.segmenter: TextSegmenter | None = None  # sentence mode: the text cut into sentences
+        self.server_audio = ServerAudio(self.speech, self.send_text)  # the frames sent; their PCM once asked for
 
     async def last_words(self, code: int, message: str) -> None:
         """A stream that started hears the whole message in its done."""
@@ -204,6 +208,12 @@ class SpeechSocket(SocketSession):
             if self.text_mode != "stream":
                 await self.queue([segmenter.flush()])
             return False
+        if kind == "server_audio":
+            try:
+                await self.server_audio.start(message.get("from_frame"))
+            except ServerAudioError as error:
+                await self.close(CLOSE_BAD_MESSAGE, str(error))
+            return False
         if kind == "end":
             if self.text_mode == "stream":
                 self.pieces.put_nowait(None)
@@ -212,7 +222,9 @@ class SpeechSocket(SocketSession):
                 self.segments.put_nowait(None)
             self.ended = True
             return False
-        await self.close(CLOSE_BAD_MESSAGE, f"unexpected message type {kind!r} (text, flush, end or cancel)")
+        await self.close(
+            CLOSE_BAD_MESSAGE, f"unexpected message type {kind!r} (text, flush, end, cancel or server_audio)"
+        )
 
     async def start_stream(self, plan) -> Any:
         """The wire protocol's start message, sent; the stream's encoder."""
@@ -228,6 +240,7 @@ class SpeechSocket(SocketSession):
         """End of stream, done, close 1000."""
         end, done = encoder.finish()
         await self.send_bytes(end)
+        await self.server_audio.segment_end()  # the end of stream flushes the decoder: its last PCM before done
         await self.send_text(done.decode())
         self.encoder = None
         await self.close(1000, "complete")
@@ -264,7 +277,9 @@ class SpeechSocket(SocketSession):
             async with contextlib.aclosing(frame_batches(frames, body.frames_per_message)) as batches:
                 async for piece in batches:
                     await self.send_bytes(encoder.frames(piece))
+                    await self.server_audio.frames(piece)
             await self.send_bytes(encoder.marker(segment_end=True))
+            await self.server_audio.segment_end()
             self.speaking = False
 
     async def speak_streamed(self, encoder, body, template) -> None:
@@ -281,4 +296,5 @@ class SpeechSocket(SocketSession):
         async with contextlib.aclosing(frame_batches(frames, body.frames_per_message)) as batches:
             async for piece in batches:
                 await self.send_bytes(encoder.frames(piece))
+                await self.server_audio.frames(piece)
                 self.last_sent = time.monotonic()
