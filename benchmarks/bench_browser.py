@@ -1,8 +1,9 @@
-"""The browser class in headless Chromium: plan load, first audio, WASM decode RTF at 1/2/4 threads, the
-browser's memory, and the native onnxruntime step of the same plan over the same frames.
+"""The browser class in headless Chromium: plan load, first audio, decode RTF, plan load time and peak memory per
+decoder setting (WASM at 1/2/4 threads, WASM without the CPU arena or prepacking, WebGPU on SwiftShader), and the
+native onnxruntime step of the same plan over the same frames.
 
     .venv-vllm/bin/python benchmarks/bench_browser.py --geometry small|released [--out out/bench_browser]
-        [--threads 1 2 4] [--native-threads 1 2] [--max-model-len 160]
+        [--threads 1 2 4] [--native-threads 1 2] [--max-model-len 160] [--webgpu | --no-webgpu]
 
 RANDOM WEIGHTS: a checkpoint written by ``make_checkpoint --talker tiny`` (reused across runs) behind a loopback
 ``vllm serve CKPT --omni --edge-hardware browser,cpu_x86_64`` (its plans built at the first start, kept under
@@ -15,8 +16,12 @@ Measured, in order, on one page (``/edge/browser/#api_key=KEY&edge_test=1``, its
 - one utterance over the WebSocket (the tiny talker generating on this host's CPUs): first audio (from the
   call to the first decoded PCM), bytes, frames; the model length bounds it (the random talker rarely stops);
 - the frames that utterance brought, replayed as a recording (``edgeTest.playRecording``, 4 frames a message)
-  after ``reloadPlan({threads})``: the worker's decode seconds / audio seconds (RTF), first audio, and the SNR
-  of the page's PCM against the native decode; the server idles meanwhile, so the decode has the CPUs;
+  after ``reloadPlan`` with each decoder setting: the worker's decode seconds / audio seconds (RTF), first audio,
+  the plan load (files from Cache Storage, session, both steps warmed), the browser's peak memory from the reload
+  to the end of the replay, and the SNR of the page's PCM against the native decode; the server idles meanwhile,
+  so the decode has the CPUs. The WebGPU row runs on SwiftShader (Chromium's software Vulkan: no GPU here): it
+  checks the path and its memory, and its speed says nothing about a real GPU (default: small geometry only,
+  where a replay takes minutes; at the released geometry SwiftShader would take hours);
 - the browser's memory: the RSS of chromedriver's descendants (the browser, renderer, GPU and utility
   processes; shared pages count once per process, so the sum is an upper bound) and their PSS (each page
   counted once), sampled every 0.25 s: on ``about:blank``, the peak of the page's cold load and first
@@ -46,6 +51,12 @@ from bench_serve import start_server
 from vllm_omni.edge.testing.browser import open_headless_chromium
 
 KEY = "bench-key"
+# Decoder settings beside the WASM thread counts: (name, reloadPlan options); threads None: the page's default.
+MEMORY_SETTINGS = (
+    ("WASM, no CPU arena", {"sessionOptions": {"enableCpuMemArena": False}}),
+    ("WASM, no prepacking", {"sessionOptions": {"extra": {"session": {"disable_prepacking": "1"}}}}),
+)
+WEBGPU_SETTING = ("WebGPU (SwiftShader)", {"provider": "webgpu", "softwareAdapter": True})
 FRAMES_PER_MESSAGE = 4
 TEXT, VOICE = "Hello there, this is a benchmark of the page that decodes speech in the browser.", "Ryan"
 
@@ -196,7 +207,7 @@ def run(args: argparse.Namespace) -> dict:
             plan = json.loads(response.read())
         files = {a["file"]: a["size_bytes"] for a in plan["artifacts"].values()}
         result["plan"] = {"plan_id": plan["plan_id"], "bytes": sum(files.values()), "files": sorted(files)}
-        driver = open_headless_chromium(profile)
+        driver = open_headless_chromium(profile, software_webgpu=True)
         memory = TreeMemory(driver.service.process.pid)
         try:
             time.sleep(1)
@@ -238,22 +249,42 @@ def run(args: argparse.Namespace) -> dict:
             recording = as_recording(frames, plan)
             plan_dir = artifacts / "browser"
             _, reference = native_decode(plan_dir, frames, 1)
+            settings = [(f"WASM, {t} thread(s)", {"threads": t}) for t in args.threads] + list(MEMORY_SETTINGS)
+            if args.webgpu if args.webgpu is not None else args.geometry == "small":
+                settings.append(WEBGPU_SETTING)
             rows = []
-            for threads in args.threads:
-                loaded = page_call(driver, "return await window.edgeTest.reloadPlan({threads: args[0]});", threads)
+            for name, options in settings:
+                # each setting on a fresh page after an empty one: the last one's workers are gone (their memory
+                # freed, not just marked), and its peak counts from what the browser holds on about:blank
+                driver.get("about:blank")
+                time.sleep(2)
+                baseline = memory.sample()
+                memory.reset()
+                driver.get(f"{url}/edge/browser/#api_key={urllib.parse.quote(KEY)}&edge_test=1&load_plan=0")
+                page_call(driver, "await window.edgeTest.ready; return true;")
+                options = {"provider": "wasm", "threads": None, "softwareAdapter": False, **options}
+                loaded = page_call(driver, "return await window.edgeTest.reloadPlan(args[0]);", options)
+                if loaded.get("error"):
+                    print(f"[bench] {name}: {loaded['error']}", flush=True)
+                    continue
                 played = page_call(driver, "return await window.edgeTest.playRecording(args[0]);", list(recording))
                 pcm = np.asarray(played["pcm"], dtype=np.float32)
                 row = {
+                    "setting": name,
+                    "provider": loaded["provider"],
                     "threads": loaded["threads"],
                     "rtf": played["rtf"],
                     "first_audio_seconds": played["firstAudioSeconds"],
                     "plan_load_seconds": loaded["planSeconds"],
+                    "warm_seconds": loaded["warmSeconds"],
+                    "peak_mb": {"rss": memory.peak, "pss": memory.peak_pss},
+                    "blank_mb": {"rss": baseline[0], "pss": baseline[1]},
                     "snr_db_vs_native": round(snr_db(reference, pcm), 1) if pcm.size == reference.size else None,
                 }
                 rows.append(row)
-                print(f"[bench] WASM {loaded['threads']} thread(s): RTF {row['rtf']:.3f}, first audio "
-                      f"{row['first_audio_seconds']:.3f} s", flush=True)  # fmt: skip
-            result["wasm"] = rows
+                print(f"[bench] {name}: RTF {row['rtf']:.3f}, first audio {row['first_audio_seconds']:.3f} s, "
+                      f"plan load {row['plan_load_seconds']:.2f} s, peak PSS {memory.peak_pss:.0f} MiB")  # fmt: skip
+            result["settings"] = rows
             result["browser_memory_mb"] = {
                 name: dict(zip(("rss", "pss"), values, strict=True))
                 for name, values in (
@@ -288,22 +319,30 @@ def table(result: dict) -> str:
         f"({speak['threads']} threads, the talker generating on the same CPUs)",
         f"browser memory, RSS / PSS MiB summed over its processes: about:blank {mib['blank']}; peak of the page's "
         f"cold load and first utterance {mib['page_peak']}; after it {mib['after_utterance']}; peak of the whole "
-        f"run ({2 + len(result['wasm'])} plan loads) {mib['whole_run_peak']}",
+        f"run ({2 + len(result['settings'])} plan loads) {mib['whole_run_peak']}",
+        f"plan weights {result['plan']['bytes'] / 2**20:.0f} MiB; peak: the browser's summed PSS from a fresh page's "
+        "plan load to the replay's end; x plan: that peak less about:blank's just before, over the plan's bytes",
         "",
-        "| decoder (same frames) | threads | RTF | first audio s | SNR dB vs native, 1 thread |",
-        "|---|---|---|---|---|",
+        "| decoder (same frames) | threads | RTF | first audio s | plan load s | peak PSS MiB (x plan) "
+        "| SNR dB vs native |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for row in result["wasm"]:
+    plan_mib = result["plan"]["bytes"] / 2**20
+    for row in result["settings"]:
         snr = "-" if row["snr_db_vs_native"] is None else row["snr_db_vs_native"]
+        peak, blank = row["peak_mb"]["pss"], row["blank_mb"]["pss"]
         lines.append(
-            f"| onnxruntime-web WASM (page) | {row['threads']} | {row['rtf']:.3f} | "
-            f"{row['first_audio_seconds']:.3f} | {snr} |"
+            f"| onnxruntime-web {row['setting']} | {row['threads'] or '-'} | {row['rtf']:.3f} | "
+            f"{row['first_audio_seconds']:.3f} | {row['plan_load_seconds']:.2f} | {peak:.0f} "
+            f"({(peak - blank) / plan_mib:.1f}x) | {snr} |"
         )
     for row in result["native"]:
         lines.append(
             f"| onnxruntime native (Python) | {row['threads']} | {row['rtf']:.3f} | "
-            f"{row['first_audio_seconds']:.3f} | {row['snr_db_vs_native_1']} |"
+            f"{row['first_audio_seconds']:.3f} | - | - | {row['snr_db_vs_native_1']} |"
         )
+    if any(row["provider"] == "webgpu" for row in result["settings"]):
+        lines.append("WebGPU ran on SwiftShader (software Vulkan on the CPUs): its RTF says nothing about a real GPU.")
     return "\n".join(lines)
 
 
@@ -316,6 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-model-len", type=int, default=160, help="bounds the utterance (prompt + frames)")
     parser.add_argument("--start-timeout", type=float, default=1800, help="seconds for the server (plan builds)")
     parser.add_argument("--screenshot", type=Path, help="save the page after its first utterance (PNG)")
+    parser.add_argument(
+        "--webgpu",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the WebGPU (SwiftShader) row; default: at the small geometry only",
+    )
     args = parser.parse_args(argv)
     result = run(args)
     path = args.out / f"browser_{args.geometry}.json"

@@ -15,14 +15,22 @@ export function configureThreads(ort, threads) {
   if (threads !== undefined && threads !== null) ort.env.wasm.numThreads = Math.max(1, Math.floor(threads));
 }
 
+const asBytes = (buffer) => (buffer instanceof Uint8Array ? buffer : new Uint8Array(buffer));
+
 /**
  * An onnxruntime-web session over the graph's bytes (ArrayBuffer or Uint8Array). `provider`: "wasm" or "webgpu";
+ * `externalData`: [{path, data}], the graph's weights as ONNX external data (path: the name the graph records);
  * `sessionOptions`: more of onnxruntime-web's session options (memory settings, a verbose log level).
  */
-export async function createStepSession(ort, modelBytes, { threads, provider = "wasm", sessionOptions = {} } = {}) {
+export async function createStepSession(
+  ort,
+  modelBytes,
+  { threads, provider = "wasm", externalData = null, sessionOptions = {} } = {},
+) {
   configureThreads(ort, threads);
-  const bytes = modelBytes instanceof Uint8Array ? modelBytes : new Uint8Array(modelBytes);
+  const bytes = asBytes(modelBytes);
   const options = { executionProviders: [provider], graphOptimizationLevel: "all", ...sessionOptions };
+  if (externalData) options.externalData = externalData.map(({ path, data }) => ({ path, data: asBytes(data) }));
   if (provider === "webgpu") options.preferredOutputLocation = { [OUTPUT_NAMES[1]]: "gpu-buffer" };
   return ort.InferenceSession.create(bytes, options);
 }
@@ -69,8 +77,9 @@ export async function createStepRunner(ort, modelBytes, contract, options = {}) 
 }
 
 /**
- * `{main, first}` runners of a stateful plan, one session per distinct file. `artifacts`: Map(file ->
- * ArrayBuffer) (what loadPlan returns) or an object keyed by file; `options`: createStepSession's.
+ * `{main, first}` runners of a stateful plan, one session per distinct file (with its external data file, where
+ * the plan names one). `artifacts`: Map(file -> ArrayBuffer) (what loadPlan returns) or an object keyed by file;
+ * `options`: createStepSession's.
  */
 export async function openPlanRunners(ort, plan, artifacts, options = {}) {
   if (plan.graph_kind !== "stateful") {
@@ -82,9 +91,14 @@ export async function openPlanRunners(ort, plan, artifacts, options = {}) {
   const runnerFor = async (role) => {
     const artifact = roles[role];
     if (!sessions.has(artifact.file)) {
-      const bytes = artifacts instanceof Map ? artifacts.get(artifact.file) : artifacts[artifact.file];
-      if (!bytes) throw new StepContractError(`no bytes for ${artifact.file} (role ${role})`);
-      sessions.set(artifact.file, await createStepSession(ort, bytes, options));
+      const bytesOf = (file) => {
+        const bytes = artifacts instanceof Map ? artifacts.get(file) : artifacts[file];
+        if (!bytes) throw new StepContractError(`no bytes for ${file} (role ${role})`);
+        return bytes;
+      };
+      const weights = artifact.external_data; // beside the graph, under the name the graph records
+      const externalData = weights ? [{ path: weights.file.split("/").pop(), data: bytesOf(weights.file) }] : null;
+      sessions.set(artifact.file, await createStepSession(ort, bytesOf(artifact.file), { ...options, externalData }));
     }
     return stepRunner(ort, sessions.get(artifact.file), artifact.contract);
   };

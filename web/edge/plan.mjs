@@ -65,7 +65,8 @@ export function checkPlanSchema(plan, source = "plan") {
 }
 
 /**
- * The plan's distinct files with their expected size and sha256 (a file named by two roles is one file), after
+ * The plan's distinct files with their expected size and sha256 (a file named by two roles is one file; a graph's
+ * external data file is one of them), after
  * checking the plan (checkPlanSchema) and, for a stateful plan, each role's step contract.
  */
 export function planFiles(plan, source = "plan") {
@@ -79,12 +80,14 @@ export function planFiles(plan, source = "plan") {
         throw new PlanError(`${source}: artifacts.${role}.contract: ${error.message}`);
       }
     }
-    const { file, sha256, size_bytes: size } = artifact;
-    const known = files.get(file);
-    if (known && (known.sha256 !== sha256 || known.size !== size)) {
-      throw new PlanError(`${source}: artifact ${file} is named twice with different sha256 or size`);
+    for (const record of [artifact, artifact.external_data].filter(Boolean)) {
+      const { file, sha256, size_bytes: size } = record;
+      const known = files.get(file);
+      if (known && (known.sha256 !== sha256 || known.size !== size)) {
+        throw new PlanError(`${source}: artifact ${file} is named twice with different sha256 or size`);
+      }
+      files.set(file, { file, sha256, size });
     }
-    files.set(file, { file, sha256, size });
   }
   return [...files.values()];
 }
@@ -187,7 +190,8 @@ export async function loadPlan({
   }
   if (cache) {
     for (const file of verified) {
-      const response = new Response(artifacts.get(file).slice(0), {
+      // Response copies the bytes it is given (Fetch: "get a copy of the bytes held by the buffer source")
+      const response = new Response(artifacts.get(file), {
         headers: { "Content-Type": "application/octet-stream", "X-Content-SHA256": files.find((f) => f.file === file).sha256 },
       });
       await cache.put(cacheKey(file), response);

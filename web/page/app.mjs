@@ -13,7 +13,7 @@
 //
 // The address: `#api_key=KEY` fills the key field (a fragment is in no request: no server log, no Referer),
 // then leaves the address bar and this tab's history; `?api_key=` is ignored (the status line says so);
-// `?threads=N` sets the WASM threads; `?provider=wasm` (or `webgpu`) picks the decoder's provider (default `auto`:
+// `?threads=N` sets the WASM threads; `#load_plan=0` (with the test hook) leaves the plan for reloadPlan; `?provider=wasm` (or `webgpu`) picks the decoder's provider (default `auto`:
 // WebGPU where the browser has a hardware adapter); `#edge_test=1` installs the test hook below.
 //
 // Memory: the page keeps counts of what it decoded, not the audio: PCM goes to the AudioWorklet, which drops
@@ -30,10 +30,10 @@
 //        switch's bar instead of HANDOVER_RTF; 0 forces it)
 //   playRecording(bytes: number[]) -> as speak: a codec-stream recording ("QCS\x01" framing) through the same
 //        parser, decoder worker and status line as the WebSocket's messages (hostile and cut-off streams)
-//   setApiKey(key), reloadPlan({threads, provider, softwareAdapter, placement}) -> {planSeconds, threads, cached,
+//   setApiKey(key), reloadPlan({threads, provider, softwareAdapter, placement, sessionOptions}) -> {planSeconds, threads, cached,
 //        error, provider, adapter, fallback, warmSeconds, placement}   (threads, provider: as ?threads=N,
 //        ?provider=; softwareAdapter: decode on a software WebGPU adapter (SwiftShader) too; placement: the
-//        provider of each node, from onnxruntime's verbose log)
+//        provider of each node, from onnxruntime's verbose log; sessionOptions: onnxruntime-web's, added)
 //   typedResult() -> as speak, plus {textPieces, framesAtEnd}, of the last utterance streamed as typed (null:
 //        none yet), once it is over: the pieces sent, and the frames received when `end` was sent
 //   memory() -> {frames, samples, framesReceived, samplesDecoded, captureFrames, samplesPerFrame}: the frames and
@@ -119,6 +119,7 @@ function readAddress() {
     threads: url.searchParams.has("threads") ? Number.parseInt(url.searchParams.get("threads"), 10) || null : null,
     provider: url.searchParams.get("provider") ?? "auto",
     testHooks: parts.some(([name, value]) => name === "edge_test" && value === "1"),
+    deferPlan: parts.some(([name, value]) => name === "load_plan" && value === "0"), // with the hook: reloadPlan loads it
     notice: queryKey
       ? "The API key in the address's query (?api_key=) is ignored: a query is sent to the server and kept in " +
         "its logs. Open the page as /edge/browser/#api_key=KEY or type the key in the field."
@@ -134,7 +135,7 @@ const state = {
   worker: null,
   workerInfo: null,
   threads: address.threads, // WASM threads asked for (?threads=N, reloadPlan({threads})); null: the worker's default
-  decoderOptions: { provider: address.provider, softwareAdapter: false, placement: false }, // the worker's init
+  decoderOptions: { provider: address.provider, softwareAdapter: false, placement: false, sessionOptions: {} }, // init
   planLoading: null, // Promise of the load in progress
   busy: false,
   cancel: null, // cancels the utterance in progress
@@ -786,7 +787,7 @@ async function refreshVoicesAndPlan() {
     errors.push(error.message);
   }
   try {
-    await reloadPlan();
+    if (!(address.testHooks && address.deferPlan && !state.worker)) await reloadPlan();
   } catch (error) {
     errors.push(error.message);
   }
@@ -847,13 +848,14 @@ if (address.testHooks) {
         showStatus(`Error: ${error.message}`, { error: true });
       }
     },
-    async reloadPlan({ threads, provider, softwareAdapter, placement } = {}) {
+    async reloadPlan({ threads, provider, softwareAdapter, placement, sessionOptions } = {}) {
       if (threads !== undefined) state.threads = threads;
       const options = state.decoderOptions;
       state.decoderOptions = {
         provider: provider ?? options.provider,
         softwareAdapter: softwareAdapter ?? options.softwareAdapter,
         placement: placement ?? false,
+        sessionOptions: sessionOptions ?? {},
       };
       try {
         const loaded = await reloadPlan();

@@ -3,12 +3,13 @@
 // at a time, in order (each awaits the previous), so frames are decoded in the order they arrived.
 //
 // Requests {id, type, ...} -> replies {id, ok: true, ...} or {id, ok: false, error}:
-//   init   {plan, artifacts: [[file, ArrayBuffer]], threads, provider, softwareAdapter, placement}
+//   init   {plan, artifacts: [[file, ArrayBuffer]], threads, provider, softwareAdapter, placement, sessionOptions}
 //          -> {provider, adapter, fallback, threads, seconds, warmSeconds, sampleRate, samplesPerFrame, placement}
 //          provider: "auto" (WebGPU when an adapter is there, else WASM), "webgpu" or "wasm". A software adapter
 //          (SwiftShader: Chromium without a GPU) is slower than WASM and is used only with softwareAdapter (tests).
-//          threads: WASM threads, null for min(hardwareConcurrency, 4); they need cross-origin isolation, else 1.
+//          threads: WASM threads, null for hardwareConcurrency; they need cross-origin isolation, else 1.
 //          Both step sizes run once at init (WebGPU compiles its shaders then), so the first audio waits for none.
+//          sessionOptions: more onnxruntime-web session options (the benchmark's memory settings).
 //          placement (tests): the provider onnxruntime put each node on, from its verbose log
 //          {provider: [[op type, node name]]} (after its graph optimizations: fused nodes have new names).
 //   reset  {}                                         -> {}
@@ -22,7 +23,7 @@ import { StatefulDecoder } from "./edge/stateful_decoder.mjs";
 // The WASM-only bundle is half the runtime's bytes; the WebGPU bundle (onnxruntime's native WebGPU provider, which
 // also runs WASM) is loaded only for a WebGPU adapter.
 const BUNDLES = { wasm: "./ort/ort.wasm.min.mjs", webgpu: "./ort/ort.webgpu.min.mjs" };
-const DEFAULT_THREADS = Math.max(1, Math.min(navigator.hardwareConcurrency || 1, 4));
+const DEFAULT_THREADS = Math.max(1, navigator.hardwareConcurrency || 1); // at most MAX_THREADS
 const MAX_THREADS = 16;
 const PROVIDERS = ["auto", "webgpu", "wasm"];
 const SOFTWARE_ARCHITECTURES = ["swiftshader"];
@@ -101,10 +102,10 @@ async function warm(main, first) {
 }
 
 const handlers = {
-  async init({ plan, artifacts, threads = null, provider = "auto", softwareAdapter = false, placement = false }) {
+  async init({ plan, artifacts, threads = null, provider = "auto", softwareAdapter = false, placement = false, sessionOptions = {} }) {
     const started = performance.now();
     if (!PROVIDERS.includes(provider)) throw new Error(`provider must be one of ${PROVIDERS.join(", ")}, got ${provider}`);
-    const asked = Number.isSafeInteger(threads) ? Math.max(1, Math.min(threads, MAX_THREADS)) : DEFAULT_THREADS;
+    const asked = Math.min(Number.isSafeInteger(threads) ? Math.max(1, threads) : DEFAULT_THREADS, MAX_THREADS);
     let chosen = "wasm";
     let fallback = provider === "wasm" ? "asked for WASM" : null;
     let adapterInfo = null;
@@ -124,7 +125,7 @@ const handlers = {
     const options = {
       threads: self.crossOriginIsolated ? asked : 1,
       provider: chosen,
-      sessionOptions: placement ? { logSeverityLevel: 0 } : {},
+      sessionOptions: { ...sessionOptions, ...(placement ? { logSeverityLevel: 0 } : {}) },
     };
     let runners;
     try {

@@ -45,7 +45,7 @@ def test_builtin_classes_say_what_they_decode_with():
         cpu.graph_kind,
         cpu.backend,
         cpu.builder,
-        {"first_step_frames": 2, "step_frames": 16, "graph_layout": "webgpu"},
+        {"first_step_frames": 2, "step_frames": 16, "graph_layout": "webgpu", "external_data": True},
     )
     assert "onnxruntime-web" in browser.description and "Web Worker" in browser.description
     # Builders by name (vllm_omni.edge.builders.registry resolves them; tests/edge/builders/test_registry.py).

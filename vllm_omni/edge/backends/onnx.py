@@ -90,6 +90,23 @@ def shape_nodes(path: str | os.PathLike[str]) -> set[str]:
     return names
 
 
+def external_data_name(path: str | os.PathLike[str]) -> str:
+    """The name of a graph's external data file: the graph's name and ``.data``, beside it."""
+    return f"{Path(path).name}.data"
+
+
+def external_data_files(path: str | os.PathLike[str]) -> tuple[str, ...]:
+    """The external data files a graph's initializers name (relative to the graph), in order; () for a graph that
+    holds its weights."""
+    model = _onnx().load(str(path), load_external_data=False)
+    names: dict[str, None] = {}
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                names.setdefault(entry.value)
+    return tuple(names)
+
+
 GRAPH_LAYOUT_KEY = "qwen3_tts.graph_layout"
 PASS_FRAMES_KEY = "qwen3_tts.pass_frames"
 
@@ -197,8 +214,9 @@ def export_step_onnx(
     form: str = "npu",
     graph_layout: str | None = None,
     pass_frames: int | None = None,
+    external_data: bool = False,
 ) -> Path:
-    """Export a self-contained step graph for ``step_frames``, with its contract in ``metadata_props``.
+    """Export a step graph for ``step_frames``, with its contract in ``metadata_props``.
 
     ``form``: ``npu`` (static B, the formulation rknn-toolkit2 converts), ``npu_dynamic`` (the same
     formulation for any B up to ``step_frames``, which rknn-toolkit2 compiles for a set of step sizes
@@ -208,6 +226,9 @@ def export_step_onnx(
     (``None``) carries no layout key; any other is recorded as ``qwen3_tts.graph_layout``.
     ``pass_frames`` (NPU layout only) decodes the step in equal passes of at most that many frames
     (:class:`~vllm_omni.edge.graphs.npu_layout.Code2WavNpuStep`), recorded as ``qwen3_tts.pass_frames``.
+
+    ``external_data``: the weights go to ONNX external data, one file beside the graph named
+    :func:`external_data_name` (``path``'s name + ``.data``), which the graph records; else the graph holds them.
 
     The graph is written under a temporary name; ``verify(temporary)`` (when given) runs before the
     rename, so a graph that fails its check never appears at ``path``
@@ -276,7 +297,13 @@ def export_step_onnx(
         if getattr(step, "pass_frames", step_frames) < step_frames:
             prop = model.metadata_props.add()
             prop.key, prop.value = PASS_FRAMES_KEY, str(step.pass_frames)
-        onnx.save(model, str(temporary))
+        if external_data:  # onnx appends to an existing data file: start from none
+            data = path.with_name(external_data_name(path))
+            data.unlink(missing_ok=True)
+            onnx.save(model, str(temporary), save_as_external_data=True, location=data.name, size_threshold=1024)
+            os.chmod(data, 0o644)  # as the graph: a file to serve
+        else:
+            onnx.save(model, str(temporary))
         report = op_report(temporary)
         logger.info(
             "exported %s step %s (N=%d) in %.1f s: %s%s",

@@ -28,7 +28,8 @@ class OnnxStepGraph:
     """One step graph in one onnxruntime session; its :class:`StepContract` comes from the graph's own metadata.
 
     ``cache``: where the optimized model is kept between starts (``None``: optimize in memory at every
-    open). ``sha256``: the graph file's verified digest, the cache's key (required with ``cache``).
+    open). ``sha256``: the graph's verified digest (with its external data's: ``PlanArtifact.content_sha256``), the
+    cache's key (required with ``cache``).
     """
 
     def __init__(
@@ -99,11 +100,11 @@ class OnnxRuntimeBackend:
 
     def open_graph(self, plan: ExecPlan, role: str, options: RunnerOptions) -> OnnxStepGraph:
         artifact, path = plan.artifacts[role], plan.path(role)
-        key = (str(path.resolve()), artifact.sha256, options.threads, options.prepack)
+        key = (str(path.resolve()), artifact.content_sha256, options.threads, options.prepack)
         return self._graphs.get(
             key,
             lambda: OnnxStepGraph(
-                path, options.threads, OptimizedModelCache.default(), artifact.sha256, options.prepack
+                path, options.threads, OptimizedModelCache.default(), artifact.content_sha256, options.prepack
             ),
         )
 

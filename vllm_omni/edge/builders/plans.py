@@ -11,6 +11,7 @@ Which class runs which builder, and :func:`~.registry.build`, are :mod:`.registr
 
 from __future__ import annotations
 
+from ..backends.onnx import external_data_files
 from ..hardware.registry import HardwareClass
 from ..plan.construct import StepArtifact, stateful_plan, windowed_plan
 from ..plan.model import ExecPlan
@@ -41,12 +42,18 @@ def build_windowed(hardware_class: HardwareClass, request: BuildRequest) -> Exec
 
 
 def build_onnx_steps(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
+    """The class's step graphs in its ``graph_layout``; with its ``external_data`` default, each graph's weights in
+    an ONNX external data file the plan records beside it."""
     graphs, model = export_steps(
-        hardware_class, request, graph_layout=class_default(None, hardware_class, "graph_layout")
+        hardware_class,
+        request,
+        graph_layout=class_default(None, hardware_class, "graph_layout"),
+        external_data=bool(class_default(None, hardware_class, "external_data")),
     )
     steps = {
         role: StepArtifact(
             path=path,
+            external_data=next((path.with_name(name) for name in external_data_files(path)), None),
             contract=contract,
             verification=None
             if check is None

@@ -19,7 +19,7 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTok
 
 from ..audio import ReferenceMatch, match_reference
 from ..backends.interface import StepRunner
-from ..backends.onnx import export_step_onnx, graph_contract
+from ..backends.onnx import export_step_onnx, external_data_name, graph_contract
 from ..backends.onnxruntime import OnnxStepGraph
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, model_label, resolve_speech_tokenizer
 from ..errors import EdgeExportError
@@ -158,6 +158,7 @@ def export_steps(
     request: BuildRequest,
     graph_layout: str | None = None,
     pass_frames: int | None = None,
+    external_data: bool = False,
 ) -> tuple[dict[str, tuple[Path, StepContract, ReferenceMatch | None]], dict[str, str]]:
     """Export (or keep) the ONNX step graphs of ``request``; returns ``{role: (path, contract, check)}`` and the model.
 
@@ -171,6 +172,8 @@ def export_steps(
     passes, so a plan whose main step needs them gets a static graph per size). A kept graph
     (same checkpoint, same step sizes, same sha256 as recorded) is checked again in onnxruntime
     against the full decode when ``request.check`` is set (``check``: its :class:`ReferenceMatch`, else ``None``).
+    ``external_data``: each graph keeps its weights in an ONNX external data file beside it
+    (:func:`~vllm_omni.edge.backends.onnx.external_data_name`), recorded and kept like the graph.
     """
     sizes = step_sizes(hardware_class, request)
     form = step_graph_form(hardware_class, request)
@@ -183,6 +186,8 @@ def export_steps(
         fingerprint["graph_layout"] = graph_layout
     if pass_frames is not None:
         fingerprint["pass_frames"] = pass_frames
+    if external_data:
+        fingerprint["external_data"] = True
     out_dir = Path(request.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_partial_files(out_dir)  # a killed build's half-written graphs
@@ -203,12 +208,21 @@ def export_steps(
     for index, (job, (frames, first, name)) in enumerate(jobs.items(), start=1):
         label = f"[{index}/{len(jobs)}] {job if form == 'npu' else 'step graph'} B={frames}"
         path = out_dir / name
-        kept = state.intact(path.name, lambda _record, path=path: path) is not None
+        data = path.with_name(external_data_name(path)) if external_data else None
+        kept = all(state.intact(p.name, lambda _record, p=p: p) is not None for p in (path, data) if p is not None)
         if kept:
             request.progress(f"{label}: kept {path.name} ({path.stat().st_size / 1e6:.1f} MB, intact)")
         else:
             request.progress(f"{label}: exporting {path.name} ({form} form)")
-            export_step_onnx(decoder(), frames, path, form=form, graph_layout=graph_layout, pass_frames=pass_frames)
+            export_step_onnx(
+                decoder(),
+                frames,
+                path,
+                form=form,
+                graph_layout=graph_layout,
+                pass_frames=pass_frames,
+                external_data=external_data,
+            )
         match = None
         if request.check:  # kept graphs too: verification, not hope
             try:
@@ -217,7 +231,8 @@ def export_steps(
                 path.unlink(missing_ok=True)
                 raise
         if not kept:
-            state.record(path.name, {"sha256": file_sha256(path), "size_bytes": path.stat().st_size})
+            for written in (path, data) if data is not None else (path,):
+                state.record(written.name, {"sha256": file_sha256(written), "size_bytes": written.stat().st_size})
         contract = graph_contract(path)
         verdict = f"onnxruntime stepwise vs full decode: {match.describe()}" if match is not None else "not checked"
         request.progress(f"{label}: {path.name} N={contract.cache_numel}: {verdict}")

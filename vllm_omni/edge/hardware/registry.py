@@ -146,7 +146,9 @@ BUILTIN_CLASSES = (
         backend="onnxruntime",
         dtype="fp32",
         builder="onnx_steps",
-        defaults={"first_step_frames": 2, "step_frames": 16, "graph_layout": "webgpu"},
+        # external_data: the weights in a file beside the graph, which onnxruntime-web takes without parsing them out
+        # of the graph (on WebGPU straight to GPU buffers): the page's peak memory stays near the weights
+        defaults={"first_step_frames": 2, "step_frames": 16, "graph_layout": "webgpu", "external_data": True},
     ),
 )
 

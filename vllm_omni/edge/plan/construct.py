@@ -43,6 +43,7 @@ class StepArtifact:
     verification: dict[str, Any] | None = None
     source: Path | None = None
     method: str | None = None
+    external_data: Path | None = None  # the graph's ONNX external data file (its weights)
 
 
 def stateful_plan(
@@ -75,6 +76,7 @@ def stateful_plan(
             **record(step.path),
             contract=step.contract.to_json(),
             source=record(step.source) if step.source is not None else None,
+            external_data=record(step.external_data) if step.external_data is not None else None,
             verification=step.verification,
             method=step.method,
         )

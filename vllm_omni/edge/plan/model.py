@@ -151,6 +151,7 @@ class ExecPlan:
                     size_bytes=row["size_bytes"],
                     contract=row["contract"],
                     source=row.get("source"),
+                    external_data=row.get("external_data"),
                     verification=row.get("verification"),
                     method=row.get("method"),
                 )

@@ -30,7 +30,7 @@ test("the browser plan's graph takes int32 codes (no int64 kernel for WebGPU)", 
 });
 
 async function openDecoder() {
-  const files = new Set(Object.values(plan.artifacts).map((a) => a.file));
+  const files = new Set(Object.values(plan.artifacts).flatMap((a) => [a.file, a.external_data?.file].filter(Boolean)));
   const artifacts = new Map([...files].map((file) => [file, readFileSync(fixturePath("decode", cases.plan_dir, file))]));
   const { main, first, sessions } = await openPlanRunners(ort, plan, artifacts, { threads: 1 });
   assert.equal(sessions.length, 1, "first and main share one session (one file)");

@@ -9,8 +9,12 @@ import { PlanError, loadPlan } from "../plan.mjs";
 import { fixturePath, readJson } from "../testing/fixtures.mjs";
 
 const cases = readJson("decode", "cases.json");
-const planText = readFileSync(fixturePath("decode", cases.plan_dir, "exec_plan.json"), "utf8");
-const plan = JSON.parse(planText);
+const fixturePlanText = readFileSync(fixturePath("decode", cases.plan_dir, "exec_plan.json"), "utf8");
+const fixturePlan = JSON.parse(fixturePlanText);
+// The tests below fetch one file: the graph, its external data left out of the plan (only sizes and sha256s count)
+const plan = structuredClone(fixturePlan);
+for (const artifact of Object.values(plan.artifacts)) delete artifact.external_data;
+const planText = JSON.stringify(plan);
 const file = plan.artifacts.main.file;
 const graph = readFileSync(fixturePath("decode", cases.plan_dir, file));
 
@@ -100,6 +104,29 @@ test("a cached copy of the right size but another sha256 is fetched again and re
   assert.equal(again.requests.length, 2, "the plan and the artifact");
   assert.deepStrictEqual(new Uint8Array(reloaded.artifacts.get(file)), new Uint8Array(graph));
   assert.deepStrictEqual(cache.entries.get(key), new Uint8Array(graph), "the cache entry is replaced");
+});
+
+test("a graph's external data file is fetched and checked like the graph, once for both roles", async () => {
+  const weights = fixturePlan.artifacts.main.external_data;
+  assert.ok(weights, "the browser plan keeps its weights beside the graph");
+  const data = readFileSync(fixturePath("decode", cases.plan_dir, weights.file));
+  const both = server({ text: fixturePlanText });
+  const inner = both.fetch;
+  const fetch = async (url, init) =>
+    url.endsWith(`/artifacts/${weights.file}`) ? new Response(Uint8Array.from(data)) : inner(url, init);
+  const loaded = await loadPlan(options({ fetch }));
+  assert.deepStrictEqual(loaded.fetched, [file, weights.file]);
+  assert.deepStrictEqual(new Uint8Array(loaded.artifacts.get(weights.file)), new Uint8Array(data));
+  const damaged = async (url, init) => {
+    if (!url.endsWith(`/artifacts/${weights.file}`)) return inner(url, init);
+    const bytes = Uint8Array.from(data);
+    bytes[7] ^= 0xff;
+    return new Response(bytes);
+  };
+  await assert.rejects(loadPlan(options({ fetch: damaged })), (error) => {
+    assert.ok(error instanceof PlanError && error.message.startsWith(`artifact ${weights.file}: sha256 mismatch`));
+    return true;
+  });
 });
 
 test("an artifact in a subfolder is fetched at its path, each segment escaped", async () => {
