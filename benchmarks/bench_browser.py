@@ -1,6 +1,6 @@
 """The browser class in headless Chromium: plan load, first audio, decode RTF, plan load time and peak memory per
 decoder setting (WASM at 1/2/4 threads, WASM without the CPU arena or prepacking, WebGPU on SwiftShader), and the
-native onnxruntime step of the same plan over the same frames.
+native onnxruntime step of the same plan (and of the CPU classes' plan: the layouts' cost) over the same frames.
 
     .venv-vllm/bin/python benchmarks/bench_browser.py --geometry small|released [--out out/bench_browser]
         [--threads 1 2 4] [--native-threads 1 2] [--max-model-len 160] [--webgpu | --no-webgpu]
@@ -55,6 +55,12 @@ KEY = "bench-key"
 MEMORY_SETTINGS = (
     ("WASM, no CPU arena", {"sessionOptions": {"enableCpuMemArena": False}}),
     ("WASM, no prepacking", {"sessionOptions": {"extra": {"session": {"disable_prepacking": "1"}}}}),
+    (
+        "WASM, neither",
+        {"sessionOptions": {"enableCpuMemArena": False, "extra": {"session": {"disable_prepacking": "1"}}}},
+    ),
+    # the CPU classes' graph (time_on_width: sin/cos ops, int64 codes, weights inside): what the webgpu layout costs
+    ("WASM, the CPU classes' graph", {"hardwareClass": "cpu_x86_64"}),
 )
 WEBGPU_SETTING = ("WebGPU (SwiftShader)", {"provider": "webgpu", "softwareAdapter": True})
 FRAMES_PER_MESSAGE = 4
@@ -153,7 +159,8 @@ def as_recording(frames: np.ndarray, plan: dict) -> bytes:
 
     start = StreamStart(
         num_quantizers=plan["num_quantizers"], codebook_size=plan["codebook_size"], frame_rate=12.5,
-        sample_rate=plan["sample_rate"], max_frames_per_message=FRAMES_PER_MESSAGE, hardware_class="browser",
+        sample_rate=plan["sample_rate"], max_frames_per_message=FRAMES_PER_MESSAGE,
+        hardware_class=plan["hardware_class"],
         plan_id=plan["plan_id"],
     )  # fmt: skip
     last = len(frames) - FRAMES_PER_MESSAGE
@@ -192,6 +199,8 @@ def native_decode(plan_dir: Path, frames: np.ndarray, threads: int) -> tuple[dic
 
 def run(args: argparse.Namespace) -> dict:
     from vllm_omni.edge.audio import snr_db
+    from vllm_omni.edge.backends.onnx import graph_layout
+    from vllm_omni.edge.plan import ExecPlan
 
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -202,10 +211,14 @@ def run(args: argparse.Namespace) -> dict:
     result: dict = {"geometry": args.geometry, "weights": "random", "host_cpus": os.cpu_count()}
     log = out / f"server-{args.geometry}.log"
     with serving(checkpoint, artifacts, log, args.max_model_len, args.start_timeout) as url:
-        request = urllib.request.Request(f"{url}/v1/edge/plans/browser", headers={"Authorization": f"Bearer {KEY}"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            plan = json.loads(response.read())
-        files = {a["file"]: a["size_bytes"] for a in plan["artifacts"].values()}
+        plans = {}
+        for name in ("browser", "cpu_x86_64"):
+            request = urllib.request.Request(f"{url}/v1/edge/plans/{name}", headers={"Authorization": f"Bearer {KEY}"})
+            with urllib.request.urlopen(request, timeout=60) as response:
+                plans[name] = json.loads(response.read())
+        plan = plans["browser"]
+        records = [r for a in plan["artifacts"].values() for r in (a, a.get("external_data")) if r is not None]
+        files = {r["file"]: r["size_bytes"] for r in records}  # the graph and its external data
         result["plan"] = {"plan_id": plan["plan_id"], "bytes": sum(files.values()), "files": sorted(files)}
         driver = open_headless_chromium(profile, software_webgpu=True)
         memory = TreeMemory(driver.service.process.pid)
@@ -246,7 +259,7 @@ def run(args: argparse.Namespace) -> dict:
             }
             print(f"[bench] speak: {len(frames)} frames, {audio_seconds:.2f} s, first audio "
                   f"{spoken['firstAudioSeconds']:.3f} s, RTF {spoken['rtf']:.3f}", flush=True)  # fmt: skip
-            recording = as_recording(frames, plan)
+            recordings = {name: as_recording(frames, plans[name]) for name in plans}
             plan_dir = artifacts / "browser"
             _, reference = native_decode(plan_dir, frames, 1)
             settings = [(f"WASM, {t} thread(s)", {"threads": t}) for t in args.threads] + list(MEMORY_SETTINGS)
@@ -267,6 +280,7 @@ def run(args: argparse.Namespace) -> dict:
                 if loaded.get("error"):
                     print(f"[bench] {name}: {loaded['error']}", flush=True)
                     continue
+                recording = recordings[options.get("hardwareClass", "browser")]
                 played = page_call(driver, "return await window.edgeTest.playRecording(args[0]);", list(recording))
                 pcm = np.asarray(played["pcm"], dtype=np.float32)
                 row = {
@@ -298,11 +312,16 @@ def run(args: argparse.Namespace) -> dict:
             memory.close()
             driver.quit()
     result["native"] = []
-    for threads in args.native_threads:
-        row, audio = native_decode(artifacts / "browser", frames, threads)
-        row["snr_db_vs_native_1"] = round(snr_db(reference, audio), 1)
-        result["native"].append(row)
-        print(f"[bench] native onnxruntime {threads} thread(s): RTF {row['rtf']:.3f}", flush=True)
+    # the browser's graph (webgpu layout) and the CPU classes' (time_on_width) on the same kernels: what the
+    # browser's polynomial sines and stacked lookup cost where a sin or cos op is cheap
+    for plan_name in ("browser", "cpu_x86_64"):
+        layout = graph_layout(ExecPlan.load(artifacts / plan_name, check_sha256=False).path("main"))
+        for threads in args.native_threads:
+            row, audio = native_decode(artifacts / plan_name, frames, threads)
+            row["layout"] = layout
+            row["snr_db_vs_native_1"] = round(snr_db(reference, audio), 1)
+            result["native"].append(row)
+            print(f"[bench] native onnxruntime, {layout} graph, {threads} thread(s): RTF {row['rtf']:.3f}", flush=True)
     return result
 
 
@@ -338,7 +357,7 @@ def table(result: dict) -> str:
         )
     for row in result["native"]:
         lines.append(
-            f"| onnxruntime native (Python) | {row['threads']} | {row['rtf']:.3f} | "
+            f"| onnxruntime native (Python), {row['layout']} graph | {row['threads']} | {row['rtf']:.3f} | "
             f"{row['first_audio_seconds']:.3f} | - | - | {row['snr_db_vs_native_1']} |"
         )
     if any(row["provider"] == "webgpu" for row in result["settings"]):

@@ -32,7 +32,11 @@ export async function createStepSession(
   const options = { executionProviders: [provider], graphOptimizationLevel: "all", ...sessionOptions };
   if (externalData) options.externalData = externalData.map(({ path, data }) => ({ path, data: asBytes(data) }));
   if (provider === "webgpu") options.preferredOutputLocation = { [OUTPUT_NAMES[1]]: "gpu-buffer" };
-  return ort.InferenceSession.create(bytes, options);
+  try {
+    return await ort.InferenceSession.create(bytes, options);
+  } finally {
+    delete options.externalData; // the session holds its own copy: a reference kept with the options would be a second
+  }
 }
 
 /** A runner at the contract's step size over `session`; input and output names come from the contract. */

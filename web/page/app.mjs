@@ -33,7 +33,8 @@
 //   setApiKey(key), reloadPlan({threads, provider, softwareAdapter, placement, sessionOptions}) -> {planSeconds, threads, cached,
 //        error, provider, adapter, fallback, warmSeconds, placement}   (threads, provider: as ?threads=N,
 //        ?provider=; softwareAdapter: decode on a software WebGPU adapter (SwiftShader) too; placement: the
-//        provider of each node, from onnxruntime's verbose log; sessionOptions: onnxruntime-web's, added)
+//        provider of each node, from onnxruntime's verbose log; sessionOptions: onnxruntime-web's, added;
+//        hardwareClass: another stateful ONNX class's plan, as the benchmark compares graph layouts)
 //   typedResult() -> as speak, plus {textPieces, framesAtEnd}, of the last utterance streamed as typed (null:
 //        none yet), once it is over: the pieces sent, and the frames received when `end` was sent
 //   memory() -> {frames, samples, framesReceived, samplesDecoded, captureFrames, samplesPerFrame}: the frames and
@@ -136,6 +137,7 @@ const state = {
   workerInfo: null,
   threads: address.threads, // WASM threads asked for (?threads=N, reloadPlan({threads})); null: the worker's default
   decoderOptions: { provider: address.provider, softwareAdapter: false, placement: false, sessionOptions: {} }, // init
+  hardwareClass: HARDWARE_CLASS, // the class whose plan the page loads (the test hook may name another stateful one)
   planLoading: null, // Promise of the load in progress
   busy: false,
   cancel: null, // cancels the utterance in progress
@@ -266,7 +268,7 @@ async function reloadPlan() {
     showStatus("Loading the browser plan...");
     const loaded = await loadPlan({
       baseUrl: location.origin,
-      hardwareClass: HARDWARE_CLASS,
+      hardwareClass: state.hardwareClass,
       apiKey: apiKey() || null,
       cache: await openCache(),
     });
@@ -284,7 +286,7 @@ async function reloadPlan() {
     state.plan = loaded.plan;
     state.planSeconds = (performance.now() - started) / 1000;
     const from = loaded.cached.length ? `${loaded.cached.length} file(s) from the cache` : "verified by sha256";
-    ui.details.textContent = `plan ${loaded.plan.plan_id.slice(0, 12)} (${HARDWARE_CLASS}), ${from}; ${decoderSummary(state.workerInfo)}`;
+    ui.details.textContent = `plan ${loaded.plan.plan_id.slice(0, 12)} (${state.hardwareClass}), ${from}; ${decoderSummary(state.workerInfo)}`;
     showNumbers({ planSeconds: state.planSeconds });
     const { provider, adapter, fallback, threads, warmSeconds, placement } = state.workerInfo;
     return { planSeconds: state.planSeconds, cached: loaded.cached, error: null, provider, adapter, fallback, threads, warmSeconds, placement };
@@ -848,8 +850,9 @@ if (address.testHooks) {
         showStatus(`Error: ${error.message}`, { error: true });
       }
     },
-    async reloadPlan({ threads, provider, softwareAdapter, placement, sessionOptions } = {}) {
+    async reloadPlan({ threads, provider, softwareAdapter, placement, sessionOptions, hardwareClass } = {}) {
       if (threads !== undefined) state.threads = threads;
+      state.hardwareClass = hardwareClass ?? HARDWARE_CLASS;
       const options = state.decoderOptions;
       state.decoderOptions = {
         provider: provider ?? options.provider,

@@ -40,8 +40,12 @@ function concat(a, b) {
   return out;
 }
 
+let consoleTapped = false;
+
 /** onnxruntime's log goes to the console; its placement lines are kept while placementLog is set. */
 function tapConsole() {
+  if (consoleTapped) return;
+  consoleTapped = true;
   for (const level of ["log", "info", "warn", "error"]) {
     const original = console[level].bind(console);
     console[level] = (...args) => {
@@ -116,20 +120,30 @@ const handlers = {
       else fallback = found.reason;
       if (provider === "webgpu" && !found.adapter) throw new Error(`WebGPU was asked for: ${found.reason}`);
     }
-    const ort = await import(BUNDLES[chosen]);
-    ort.env.wasm.wasmPaths = new URL("./ort/", import.meta.url).href;
     if (placement) {
       tapConsole();
       placementLog = [];
     }
-    const options = {
-      threads: self.crossOriginIsolated ? asked : 1,
-      provider: chosen,
-      sessionOptions: { ...sessionOptions, ...(placement ? { logSeverityLevel: 0 } : {}) },
+    const open = async (provider) => {
+      const ort = await import(BUNDLES[provider]);
+      ort.env.wasm.wasmPaths = new URL("./ort/", import.meta.url).href;
+      const options = {
+        threads: self.crossOriginIsolated ? asked : 1,
+        provider,
+        sessionOptions: { ...sessionOptions, ...(placement ? { logSeverityLevel: 0 } : {}) },
+      };
+      return { ort, runners: await openPlanRunners(ort, plan, new Map(artifacts), options) };
     };
-    let runners;
+    let ort, runners;
     try {
-      runners = await openPlanRunners(ort, plan, new Map(artifacts), options);
+      try {
+        ({ ort, runners } = await open(chosen));
+      } catch (error) {
+        if (chosen !== "webgpu" || provider === "webgpu") throw error;
+        chosen = "wasm"; // auto: a GPU that cannot run the graph still leaves WASM
+        fallback = `WebGPU could not open the step graph (${error.message ?? error})`;
+        ({ ort, runners } = await open(chosen));
+      }
     } finally {
       artifacts.length = 0; // the worker keeps no copy of the weights once the session holds them
     }

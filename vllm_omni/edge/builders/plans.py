@@ -11,7 +11,8 @@ Which class runs which builder, and :func:`~.registry.build`, are :mod:`.registr
 
 from __future__ import annotations
 
-from ..backends.onnx import external_data_files
+from ..backends.onnx import external_data_files, graph_layout
+from ..graphs.layouts import DEFAULT_LAYOUT
 from ..hardware.registry import HardwareClass
 from ..plan.construct import StepArtifact, stateful_plan, windowed_plan
 from ..plan.model import ExecPlan
@@ -72,6 +73,21 @@ def build_onnx_steps(hardware_class: HardwareClass, request: BuildRequest) -> Ex
         build={"tools": tool_versions("onnx", "onnxruntime", "torch")},
     )
     return write_and_load(plan, request)
+
+
+def stale_formulation(plan: ExecPlan, hardware_class: HardwareClass) -> str | None:
+    """Why a valid ONNX step plan is not what :func:`build_onnx_steps` makes for its class now (a release that
+    changed the class's graph layout or where the weights are kept), or None; other plans are never stale here."""
+    if plan.backend != "onnxruntime" or plan.graph_kind != "stateful" or plan.directory is None:
+        return None
+    layout = graph_layout(plan.path("main"))
+    wanted = class_default(None, hardware_class, "graph_layout") or DEFAULT_LAYOUT
+    if layout != wanted:
+        return f"its step graph is in the {layout} layout, the class's is {wanted}"
+    beside = bool(class_default(None, hardware_class, "external_data"))
+    if beside != (plan.artifacts["main"].external_data is not None):
+        return "the class keeps the graph's weights " + ("beside it" if beside else "in it")
+    return None
 
 
 def write_and_load(plan: ExecPlan, request: BuildRequest) -> ExecPlan:

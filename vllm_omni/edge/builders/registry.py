@@ -32,6 +32,7 @@ from ..hardware.registry import HardwareClass
 from ..plan.model import ExecPlan
 from .executorch_steps import build_executorch_steps
 from .plans import build_onnx_steps, build_windowed
+from .plans import stale_formulation as stale_formulation  # the start-up hand-off asks it here (its one import)
 from .request import BuildArgumentError, BuildRequest, check_out_dir, class_default
 from .rockchip import build_rknn
 

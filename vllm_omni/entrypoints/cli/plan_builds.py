@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vllm_omni.edge.builders.registry import build
+from vllm_omni.edge.builders.registry import build, stale_formulation
 from vllm_omni.edge.builders.request import BuildRequest
 from vllm_omni.edge.checkpoint import checkpoint_sha256, model_label, resolve_speech_tokenizer
 from vllm_omni.edge.errors import EdgeError
@@ -35,6 +35,8 @@ def ensure_plan(name: str, model: str, directory: Path, checkpoint: str, progres
             progress(f"{name}: the plan in {directory} was built from another checkpoint; rebuilding")
         elif str(plan.model.get("id")) != model_label(str(plan.model.get("id"))):  # an older build's path
             progress(f"{name}: the plan in {directory} names the model by its path; rebuilding (artifacts kept)")
+        elif reason := stale_formulation(plan, get_hardware_class(name)):
+            progress(f"{name}: the plan in {directory} is of an older formulation ({reason}); rebuilding")
         else:
             progress(f"{name}: plan {plan.plan_id[:12]} in {directory} is valid and matches the served model")
             return plan
