@@ -235,7 +235,14 @@ def run(args: argparse.Namespace) -> dict:
                 "return {userAgent: navigator.userAgent, hardwareConcurrency: navigator.hardwareConcurrency, "
                 "crossOriginIsolated: self.crossOriginIsolated};",
             )
-            spoken = page_call(driver, "return await window.edgeTest.speak(args[0], {voice: args[1]});", TEXT, VOICE)
+            # the page decodes the whole utterance (no hand-over to the server's audio): its own speed is measured
+            spoken = page_call(
+                driver,
+                "return await window.edgeTest.speak(args[0], {voice: args[1], handoverRtf: 1e9, "
+                "loadHandoverRtf: 1e9});",
+                TEXT,
+                VOICE,
+            )
             page_peak = (memory.peak, memory.peak_pss)
             if args.screenshot:  # the page after its first utterance: status line and numbers
                 driver.save_screenshot(str(args.screenshot))

@@ -326,8 +326,10 @@ def test_websocket_server_audio_follows_the_frames_from_the_asked_frame_on(serve
     """The hand-over of a device too slow to decode: ``server_audio`` after some frames brings ``pcm`` messages from
     that frame on, across a segment end, contiguous, all before done, bit for bit the server decoder's decode."""
     import base64
+    import contextlib
     import itertools
 
+    from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
 
     from vllm_omni.edge.runtime import open_decoder
@@ -371,6 +373,27 @@ def test_websocket_server_audio_follows_the_frames_from_the_asked_frame_on(serve
     samples = np.concatenate([np.frombuffer(base64.b64decode(m["audio"]), dtype="<f4") for m in pcm])
     assert samples.size == sum(len(s) for s in segments) * per_frame - asked * per_frame
     assert np.array_equal(samples, served[asked * per_frame :])
+
+    # asked after done (a slow device lags): a start with "server_audio" keeps the session open for it, the PCM follows
+    # done and the session closes once it is sent
+    with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}, open_timeout=60) as socket:
+        socket.send(json.dumps({**start, "server_audio": True}))
+        socket.send(json.dumps({"type": "end"}))
+        late = []
+        while not (late and isinstance(late[-1], str) and json.loads(late[-1]).get("type") == "done"):
+            late.append(socket.recv(timeout=300))
+        total = json.loads(late[-1])["total_frames"]
+        socket.send(json.dumps({"type": "server_audio", "from_frame": total - 5}))
+        after = []
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                after.append(json.loads(socket.recv(timeout=300)))
+        assert (socket.close_code, socket.close_reason) == (1000, "complete")
+    assert [m["type"] for m in after] == ["pcm"] * len(after) and after[0]["first_sample"] == (total - 5) * per_frame
+    late_samples = np.concatenate([np.frombuffer(base64.b64decode(m["audio"]), dtype="<f4") for m in after])
+    np.testing.assert_array_equal(late_samples, served[(total - 5) * per_frame :])  # greedy: the same frames
+    bad_flag = socket_messages(server, [{**start, "server_audio": "yes"}])[1:]
+    assert bad_flag == (4400, "start: server_audio must be true or false, got 'yes'")
 
     code, reason = socket_messages(server, [start, {"type": "server_audio", "from_frame": 10**6}])[1:]
     assert code == 4400 and "server_audio from frame 1000000, but the session has sent" in reason

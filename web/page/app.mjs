@@ -23,11 +23,12 @@
 //
 // window.edgeTest (the test hook the Python browser test drives; only with `#edge_test=1` in the address):
 //   ready: Promise<void>        the first plan load and voice list were attempted (errors are in #status)
-//   speak(text, {voice, cancelAfterFrames, handoverRtf}) -> {frameCount, sampleCount, frames, pcm, captureComplete,
+//   speak(text, {voice, cancelAfterFrames, handoverRtf, loadHandoverRtf}) -> {frameCount, sampleCount, frames, pcm, captureComplete,
 //        firstAudioSeconds, rtf, bytes, planSeconds, error, doneReason, segmentEnds, resets, handover}: frames, pcm,
 //        segmentEnds and resets cover the first CAPTURE_FRAMES frames (captureComplete: all of them); handover:
 //        null, or {fromFrame, rtf, serverSamples} when the page switched to the server's audio (handoverRtf: the
-//        switch's bar instead of HANDOVER_RTF; 0 forces it)
+//        bar of the switch after MEASURE_FRAMES frames, loadHandoverRtf: of the switch at the start by the speed
+//        measured at load; instead of HANDOVER_RTF; 0 forces one, 1e9 rules it out)
 //   playRecording(bytes: number[]) -> as speak: a codec-stream recording ("QCS\x01" framing) through the same
 //        parser, decoder worker and status line as the WebSocket's messages (hostile and cut-off streams)
 //   setApiKey(key), reloadPlan({threads, provider, softwareAdapter, placement, sessionOptions}) -> {planSeconds, threads, cached,
@@ -395,7 +396,10 @@ class Capture {
  * its transport with `sink.ended(describe)`, `describe()` giving the Error for a stream that ended before
  * its done message. The parser, the decoder worker, the result and the status line are the same for both.
  */
-async function runUtterance(source, { cancelAfterFrames = null, handoverRtf = HANDOVER_RTF } = {}) {
+async function runUtterance(
+  source,
+  { cancelAfterFrames = null, handoverRtf = HANDOVER_RTF, loadHandoverRtf = HANDOVER_RTF } = {},
+) {
   const result = {
     frameCount: 0, // frames received
     sampleCount: 0, // samples played: decoded here, then (after a hand-over) by the server
@@ -454,20 +458,26 @@ async function runUtterance(source, { cancelAfterFrames = null, handoverRtf = HA
     const parser = new CodecStreamParser();
 
     const samplesPerFrame = state.workerInfo.samplesPerFrame;
-    /** Too slow for real time on the first MEASURE_FRAMES frames: the server's audio from the next frame on. */
-    async function handOverIfSlow() {
-      if (result.handover || !control?.serverAudio || decodedSamples < MEASURE_FRAMES * samplesPerFrame) return;
-      const rtf = decodeSeconds / (decodedSamples / plan.sample_rate);
-      if (!(rtf > handoverRtf)) return;
+    /** The server's audio from the frame after those decoded here on; `measured`: where the speed comes from. */
+    async function handOver(rtf, measured) {
       const fromFrame = decodedSamples / samplesPerFrame; // every frame decoded gave samplesPerFrame samples
       result.handover = { fromFrame, rtf, serverSamples: 0 };
       control.serverAudio(fromFrame);
       await worker.call("reset"); // frames it holds undecoded are the server's now
       showStatus(
         `Playing the server's audio from ${(decodedSamples / plan.sample_rate).toFixed(2)} s on: this device decodes at ` +
-          `RTF ${rtf.toFixed(2)}, too slow for real time.`,
+          `RTF ${rtf.toFixed(2)} (${measured}), too slow for real time.`,
       );
     }
+    /** Too slow for real time on the first MEASURE_FRAMES frames: the server's audio from the next frame on. */
+    async function handOverIfSlow() {
+      if (result.handover || !control?.serverAudio || decodedSamples < MEASURE_FRAMES * samplesPerFrame) return;
+      const rtf = decodeSeconds / (decodedSamples / plan.sample_rate);
+      if (rtf > handoverRtf) await handOver(rtf, `on this utterance's first ${MEASURE_FRAMES} frames`);
+    }
+    /** Every sample of the stream is here: the page's and, after a hand-over, the server's. */
+    const audioComplete = () =>
+      !result.handover || (result.handover.fromFrame * samplesPerFrame + result.handover.serverSamples) === result.frameCount * samplesPerFrame;
 
     async function handle(event) {
       if (event.type === "start") {
@@ -527,15 +537,27 @@ async function runUtterance(source, { cancelAfterFrames = null, handoverRtf = HA
               throw error;
             }
             for (const event of events) await handle(event);
-            if (parser.done !== null) finish();
+            if (parser.done !== null && audioComplete()) finish(); // a hand-over's last PCM may follow done
           });
           chain.catch(finish);
         },
         ended(describe) {
-          chain.then(async () => (parser.done !== null ? finish() : finish(await describe())), finish);
+          chain.then(async () => {
+            if (parser.done === null) return finish(await describe());
+            if (audioComplete()) return finish();
+            const { fromFrame, serverSamples } = result.handover;
+            const want = (result.frameCount - fromFrame) * samplesPerFrame;
+            finish(new Error(`the connection closed with ${serverSamples} of the server's ${want} samples sent`));
+          }, finish);
         },
       });
       state.cancel = () => control.cancel();
+      // Too slow already at load (its timed warm-up step): the whole utterance in the server's audio, at once (first
+      // in the chain: the socket has given no message yet)
+      if (control.serverAudio && state.workerInfo.warmRtf > loadHandoverRtf) {
+        chain = chain.then(() => handOver(state.workerInfo.warmRtf, "measured at load"));
+        chain.catch(finish);
+      }
     });
   } catch (error) {
     const name = error instanceof CodecStreamError ? `the stream broke the protocol (${error.name}): ` : "";
@@ -560,10 +582,13 @@ async function runUtterance(source, { cancelAfterFrames = null, handoverRtf = HA
     setSpeaking(false);
   }
   const seconds = result.sampleCount / (state.plan?.sample_rate ?? 24000);
-  const where = result.handover
-    ? `, decoded here up to ${(decodedSamples / (state.plan?.sample_rate ?? 24000)).toFixed(2)} s, then by ` +
-      `the server (this device decoded at RTF ${result.handover.rtf.toFixed(2)}, too slow for real time)`
-    : " decoded here";
+  const slow = result.handover && `(this device decodes at RTF ${result.handover.rtf.toFixed(2)}, too slow for real time)`;
+  const until = (decodedSamples / (state.plan?.sample_rate ?? 24000)).toFixed(2);
+  const where = !result.handover
+    ? " decoded here"
+    : result.handover.fromFrame
+      ? `, decoded here up to ${until} s, then by the server ${slow}`
+      : `, decoded by the server ${slow}`;
   if (result.error) showStatus(`Error: ${result.error}`, { error: true });
   else showStatus(`Done (${result.doneReason}): ${result.frameCount} frames, ${seconds.toFixed(2)} s of audio${where}.`);
   return result;
@@ -584,6 +609,7 @@ function socketSource(text, voice, typed = null) {
       socket.binaryType = "arraybuffer";
       let cancelSent = false;
       let messages = 0;
+      let serverAudioFrom = null; // asked for before the socket opened: sent after the start
       const cancel = () => {
         if (!cancelSent && socket.readyState === WebSocket.OPEN) {
           socket.send(JSON.stringify({ type: "cancel" }));
@@ -591,7 +617,8 @@ function socketSource(text, voice, typed = null) {
         }
       };
       socket.onopen = () => {
-        const request = { type: "start", edge_hardware: HARDWARE_CLASS };
+        // server_audio: the session stays open after its done for a hand-over asked late (slow decoding lags)
+        const request = { type: "start", edge_hardware: HARDWARE_CLASS, server_audio: true };
         if (typed) request.text_mode = "stream";
         else request.input = text;
         if (voice) request.voice = voice;
@@ -599,6 +626,7 @@ function socketSource(text, voice, typed = null) {
         const send = (message) => socket.readyState === WebSocket.OPEN && socket.send(JSON.stringify(message));
         if (typed) typed.attach(send, sink); // typing may go on after the server closed: nothing is sent then
         else socket.send(JSON.stringify({ type: "end" }));
+        if (serverAudioFrom !== null) socket.send(serverAudioRequest(serverAudioFrom));
         if (state.stopRequested) cancel();
       };
       socket.onmessage = ({ data }) => {
@@ -620,6 +648,7 @@ function socketSource(text, voice, typed = null) {
         cancel,
         serverAudio(fromFrame) {
           if (socket.readyState === WebSocket.OPEN) socket.send(serverAudioRequest(fromFrame));
+          else if (socket.readyState === WebSocket.CONNECTING) serverAudioFrom = fromFrame;
         },
         close() {
           if (socket.readyState <= WebSocket.OPEN) socket.close(1000);
@@ -647,8 +676,8 @@ function recordingSource(bytes) {
   };
 }
 
-const speak = (text, { voice, cancelAfterFrames = null, handoverRtf } = {}) =>
-  runUtterance(socketSource(text, voice), { cancelAfterFrames, handoverRtf });
+const speak = (text, { voice, cancelAfterFrames = null, handoverRtf, loadHandoverRtf } = {}) =>
+  runUtterance(socketSource(text, voice), { cancelAfterFrames, handoverRtf, loadHandoverRtf });
 
 function stop() {
   state.stopRequested = true;

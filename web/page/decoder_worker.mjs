@@ -4,11 +4,13 @@
 //
 // Requests {id, type, ...} -> replies {id, ok: true, ...} or {id, ok: false, error}:
 //   init   {plan, artifacts: [[file, ArrayBuffer]], threads, provider, softwareAdapter, placement, sessionOptions}
-//          -> {provider, adapter, fallback, threads, seconds, warmSeconds, sampleRate, samplesPerFrame, placement}
+//          -> {provider, adapter, fallback, threads, seconds, warmSeconds, warmRtf, sampleRate, samplesPerFrame,
+//              placement}
 //          provider: "auto" (WebGPU when an adapter is there, else WASM), "webgpu" or "wasm". A software adapter
 //          (SwiftShader: Chromium without a GPU) is slower than WASM and is used only with softwareAdapter (tests).
 //          threads: WASM threads, null for hardwareConcurrency; they need cross-origin isolation, else 1.
-//          Both step sizes run once at init (WebGPU compiles its shaders then), so the first audio waits for none.
+//          Both step sizes run once at init (WebGPU compiles its shaders then), so the first audio waits for none;
+//          a second main step, timed, gives warmRtf: the decode's seconds per second of audio.
 //          sessionOptions: more onnxruntime-web session options (the benchmark's memory settings).
 //          placement (tests): the provider onnxruntime put each node on, from its verbose log
 //          {provider: [[op type, node name]]} (after its graph optimizations: fused nodes have new names).
@@ -93,16 +95,25 @@ async function webgpuAdapter(softwareAdapter) {
   return { adapter, info: summary, reason: null };
 }
 
-/** Run each distinct step size once on zero codes, then forget the stream: shaders and kernels made before audio. */
+/**
+ * Run each distinct step size once on zero codes, then the main step again, timed: shaders and kernels are made
+ * before any audio, and the second main step's seconds per second of audio are the page's speed before it has
+ * decoded anything (`rtf`: what the page weighs against real time at an utterance's start). The stream is reset.
+ */
 async function warm(main, first) {
   const started = performance.now();
+  const zeros = (runner) => new Int32Array(runner.contract.step_frames * runner.contract.num_quantizers);
   for (const runner of new Set([first, main].filter(Boolean))) {
     const decoderForSize = new StatefulDecoder(runner);
-    const frames = new Int32Array(runner.contract.step_frames * runner.contract.num_quantizers);
-    await decoderForSize.feed(frames, runner.contract.step_frames);
+    await decoderForSize.feed(zeros(runner), runner.contract.step_frames);
     decoderForSize.reset();
   }
-  return (performance.now() - started) / 1000;
+  const timed = new StatefulDecoder(main);
+  const before = performance.now();
+  const audio = await timed.feed(zeros(main), main.contract.step_frames);
+  const rtf = (performance.now() - before) / 1000 / (audio.length / timed.sampleRate);
+  timed.reset();
+  return { seconds: (performance.now() - started) / 1000, rtf };
 }
 
 const handlers = {
@@ -150,14 +161,15 @@ const handlers = {
     const log = placementLog;
     placementLog = null;
     decoder = new StatefulDecoder(runners.main, runners.first);
-    const warmSeconds = await warm(runners.main, runners.first);
+    const warmed = await warm(runners.main, runners.first);
     return {
       provider: chosen,
       adapter: chosen === "webgpu" ? adapterInfo : null,
       fallback,
       threads: chosen === "wasm" ? ort.env.wasm.numThreads : null,
       seconds: (performance.now() - started) / 1000,
-      warmSeconds,
+      warmSeconds: warmed.seconds,
+      warmRtf: warmed.rtf,
       sampleRate: decoder.sampleRate,
       samplesPerFrame: decoder.samplesPerFrame,
       placement: log ? readPlacement(log) : null,

@@ -11,8 +11,11 @@ Each piece of PCM is a JSON text message::
 
 ``first_sample`` counts the stream's samples as the device counts them (each frame gives ``samples_per_frame``),
 so the first message starts at ``D x samples_per_frame`` and each next one where the last ended: a client sees a
-gap or a repeat as a mismatch. Float32 little-endian: the samples are the server decoder's, bit for bit. All PCM
-of the stream is sent before its done message.
+gap or a repeat as a mismatch. Float32 little-endian: the samples are the server decoder's, bit for bit. PCM asked
+for before the stream's done message is all sent before it. A client that may ask late (a page that learns it is
+too slow while it works through frames the server sent long ago) says so at the start (``"server_audio": true``):
+the session then stays open after done until the client asks, closes, or idles out, and PCM asked for after
+done follows it, the session closing once it is all sent.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class ServerAudio:
         self.from_sample: int | None = None  # set once asked: the first stream sample the client wants
         self.next_sample = 0  # the stream sample the decoder's next output starts at
         self.decoder: Any = None
+        self.caught_up = asyncio.Event()  # set once the frames sent before the request are decoded and sent
 
     @property
     def active(self) -> bool:
@@ -72,6 +76,7 @@ class ServerAudio:
             for item in self.sent:
                 await self._decode(item)
             self.sent.clear()  # decoded: nothing needs them again
+            self.caught_up.set()
 
     async def frames(self, batch: np.ndarray) -> None:
         """A frames message was sent: ``[T, Q]`` codes."""

@@ -41,7 +41,8 @@ class SpeechSocket(SocketSession):
     ``{"type": "text", "text": ...}``, ``{"type": "flush"}``; then ``{"type": "end"}``, or
     ``{"type": "cancel"}`` at any time (after ``end`` too). ``{"type": "server_audio", "from_frame": D}`` (once, at
     any time) asks for the stream's audio decoded here from frame ``D`` on, as ``pcm`` text messages beside the
-    frames (:mod:`.server_audio`: a device too slow to decode in real time hands over without a gap). Text pieces
+    frames (:mod:`.server_audio`: a device too slow to decode in real time hands over without a gap; with
+    ``"server_audio": true`` in the start, the session waits after done for such a request). Text pieces
     are joined as sent, whitespace included. The start's ``text_mode`` says how they are spoken:
 
     * ``"sentence"`` (default): cut into sentences (:class:`~.speech_text.TextSegmenter`); ``flush`` and
@@ -80,6 +81,7 @@ class SpeechSocket(SocketSession):
         self.last_text = time.monotonic()  # when the last text piece came (stream mode's only sign of life)
         self.segmenter: TextSegmenter | None = None  # sentence mode: the text cut into sentences
         self.server_audio = ServerAudio(self.speech, self.send_text)  # the frames sent; their PCM once asked for
+        self.await_server_audio = False  # the start's "server_audio": the session stays open after done for it
 
     async def last_words(self, code: int, message: str) -> None:
         """A stream that started hears the whole message in its done."""
@@ -93,8 +95,13 @@ class SpeechSocket(SocketSession):
 
     async def _run(self, start: dict) -> None:
         limits = self.speech.limits
-        fields = {k: v for k, v in start.items() if k not in ("type", "text_mode")}
+        fields = {k: v for k, v in start.items() if k not in ("type", "text_mode", "server_audio")}
         self.text_mode = start.get("text_mode", DEFAULT_TEXT_MODE)
+        self.await_server_audio = start.get("server_audio", False)
+        if type(self.await_server_audio) is not bool:
+            await self.close(
+                CLOSE_BAD_MESSAGE, f"start: server_audio must be true or false, got {self.await_server_audio!r}"
+            )
         if self.text_mode not in TEXT_MODES:
             await self.close(
                 CLOSE_BAD_MESSAGE, f"start: text_mode must be one of {', '.join(TEXT_MODES)}, got {self.text_mode!r}"
@@ -243,6 +250,9 @@ class SpeechSocket(SocketSession):
         await self.server_audio.segment_end()  # the end of stream flushes the decoder: its last PCM before done
         await self.send_text(done.decode())
         self.encoder = None
+        if self.await_server_audio:  # a late request's PCM follows done; a client that needs none closes first
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.server_audio.caught_up.wait(), self.speech.limits.socket_idle_s)
         await self.close(1000, "complete")
 
     async def speak(self, body, template, plan) -> None:
