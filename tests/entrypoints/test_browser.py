@@ -403,6 +403,10 @@ def test_a_page_too_slow_for_real_time_hands_over_to_the_servers_audio_without_a
     assert np.array_equal(np.asarray(whole["pcm"], dtype=np.float32), served_all)
     assert whole["handover"]["serverSamples"] == frames_all.shape[0] * per_frame == whole["sampleCount"]
     assert "decoded by the server" in status_text(browser), status_text(browser)
+    # cancelled while the server's audio plays: the utterance ends at its done, with the audio as far as it came
+    stopped = speak(browser, *UTTERANCES[0], cancel_after_frames=6, load_handover_rtf=0)
+    assert not stopped.get("error") and stopped["doneReason"] == "cancelled", stopped.get("error")
+    assert stopped["handover"]["fromFrame"] == 0 and stopped["sampleCount"] <= stopped["frameCount"] * per_frame
     print(f"hand-over at frame {handover['fromFrame']} (page RTF {handover['rtf']:.2f}): page, seam, server vs full "
           f"decode {', '.join(f'{s:.1f}' for s in snrs)} dB; server part bit-exact")  # fmt: skip
 

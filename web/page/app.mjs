@@ -475,8 +475,10 @@ async function runUtterance(
       const rtf = decodeSeconds / (decodedSamples / plan.sample_rate);
       if (rtf > handoverRtf) await handOver(rtf, `on this utterance's first ${MEASURE_FRAMES} frames`);
     }
-    /** Every sample of the stream is here: the page's and, after a hand-over, the server's. */
+    /** Every sample of the stream is here: the page's and, after a hand-over, the server's (a stream that was
+     * cancelled or failed ends at its done, its audio as far as it came). */
     const audioComplete = () =>
+      parser.done?.reason !== "complete" ||
       !result.handover || (result.handover.fromFrame * samplesPerFrame + result.handover.serverSamples) === result.frameCount * samplesPerFrame;
 
     async function handle(event) {

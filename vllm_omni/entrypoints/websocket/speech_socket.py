@@ -216,10 +216,16 @@ class SpeechSocket(SocketSession):
                 await self.queue([segmenter.flush()])
             return False
         if kind == "server_audio":
+            from ..server.speech_streams import public_error
+
             try:
                 await self.server_audio.start(message.get("from_frame"))
             except ServerAudioError as error:
                 await self.close(CLOSE_BAD_MESSAGE, str(error))
+            except (asyncio.CancelledError, SocketClosed):
+                raise
+            except Exception as error:  # the server's decoder failed: the client hears why
+                await self.close(1011, public_error(error))
             return False
         if kind == "end":
             if self.text_mode == "stream":
