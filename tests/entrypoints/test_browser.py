@@ -105,7 +105,10 @@ def test_the_page_and_its_runtime_are_served_with_isolation_headers(server):
         "/edge/browser/": (web / "page" / "index.html", "text/html"),
         "/edge/browser/index.html": (web / "page" / "index.html", "text/html"),
         f"/edge/browser/{module}": (web / module, "text/javascript"),
-        "/edge/browser/ort/ort.min.mjs": (web / "node_modules/onnxruntime-web/dist/ort.min.mjs", "text/javascript"),
+        "/edge/browser/ort/ort.wasm.min.mjs": (
+            web / "node_modules/onnxruntime-web/dist/ort.wasm.min.mjs",
+            "text/javascript",
+        ),
         f"/edge/browser/{wasm}": (web / "node_modules/onnxruntime-web/dist" / wasm.removeprefix("ort/"), None),
     }
     for path, (file, kind) in expected.items():

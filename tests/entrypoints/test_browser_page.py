@@ -31,9 +31,9 @@ def write_web(root: Path) -> Path:
         "edge/parser.mjs": "export {}",
         "edge/test/parser.test.mjs": "test",
         "edge/README.md": "docs",
-        f"{ORT}/ort.min.mjs": "ort",
-        f"{ORT}/ort-wasm-simd-threaded.jsep.wasm": "\0asm",
-        f"{ORT}/ort.min.mjs.map": "{}",
+        f"{ORT}/ort.wasm.min.mjs": "ort",
+        f"{ORT}/ort-wasm-simd-threaded.wasm": "\0asm",
+        f"{ORT}/ort.wasm.min.mjs.map": "{}",
         f"{ORT}/../package.json": "{}",
         "secret.mjs": "outside",
     }.items():
@@ -53,8 +53,8 @@ def test_each_folder_serves_only_its_own_files_of_known_types(tmp_path):
         "edge/schemas/step_contract.schema.json",
         "img/logo.svg",
         "index.html",
-        "ort/ort-wasm-simd-threaded.jsep.wasm",
-        "ort/ort.min.mjs",
+        "ort/ort-wasm-simd-threaded.wasm",
+        "ort/ort.wasm.min.mjs",
     ]
     assert page.file("") == page.file("index.html") == (tmp_path / "web/page/index.html").resolve()
     for refused in ("../secret.mjs", "edge/../../secret.mjs", "ort/../package.json", "escape.mjs", "/index.html"):
@@ -62,7 +62,7 @@ def test_each_folder_serves_only_its_own_files_of_known_types(tmp_path):
     assert page.file("edge/schemas/exec_plan.schema.json") == SCHEMA_PATH.resolve()
     types = {name: content_type(path) for name, path in page.files.items()}
     assert types["index.html"].startswith("text/html") and types["edge/parser.mjs"].startswith("text/javascript")
-    assert types["ort/ort-wasm-simd-threaded.jsep.wasm"] == "application/wasm"
+    assert types["ort/ort-wasm-simd-threaded.wasm"] == "application/wasm"
 
 
 @pytest.mark.parametrize("missing", ["page/index.html", "page", ORT, "node_modules"])

@@ -383,6 +383,7 @@ def test_websocket_server_audio_follows_the_frames_from_the_asked_frame_on(serve
         while not (late and isinstance(late[-1], str) and json.loads(late[-1]).get("type") == "done"):
             late.append(socket.recv(timeout=300))
         total = json.loads(late[-1])["total_frames"]
+        time.sleep(LIMITS["socket-idle-s"] - 1.5)  # late, and past the idle limit since the last client message
         socket.send(json.dumps({"type": "server_audio", "from_frame": total - 5}))
         after = []
         with contextlib.suppress(ConnectionClosed):

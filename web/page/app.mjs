@@ -53,9 +53,10 @@ const CACHE_NAME = "vllm-omni-edge-plans";
 const JITTER_SECONDS = 0.2;
 const RECORDING_PIECE_BYTES = 4096;
 const CAPTURE_FRAMES = 512; // with the test hook: the frames (and their PCM) an utterance keeps for the test
-// The hand-over: once the page has decoded MEASURE_FRAMES frames of an utterance, a decode slower than HANDOVER_RTF
-// (seconds of decoding per second of audio; 1 is just real time, and the jitter buffer needs room) switches the rest
-// of the utterance to audio the server decodes, on the same socket. The choice is made again for each utterance.
+// The hand-over: a decode slower than HANDOVER_RTF (seconds of decoding per second of audio; 1 is just real time, and
+// the jitter buffer needs room), by the timed step at load or over the utterance so far once the page has decoded
+// MEASURE_FRAMES frames of it, switches the rest of the utterance to audio the server decodes, on the same socket.
+// The choice is made again for each utterance.
 const MEASURE_FRAMES = 24;
 const HANDOVER_RTF = 0.9;
 const MAX_PIECE_CHARS = 4096; // the server's default piece limit (--speech-max-input-chars): longer pastes split
@@ -461,19 +462,21 @@ async function runUtterance(
     /** The server's audio from the frame after those decoded here on; `measured`: where the speed comes from. */
     async function handOver(rtf, measured) {
       const fromFrame = decodedSamples / samplesPerFrame; // every frame decoded gave samplesPerFrame samples
+      if (!control.serverAudio(fromFrame)) return; // the socket is closing: the page decodes on, as it can
       result.handover = { fromFrame, rtf, serverSamples: 0 };
-      control.serverAudio(fromFrame);
       await worker.call("reset"); // frames it holds undecoded are the server's now
       showStatus(
         `Playing the server's audio from ${(decodedSamples / plan.sample_rate).toFixed(2)} s on: this device decodes at ` +
           `RTF ${rtf.toFixed(2)} (${measured}), too slow for real time.`,
       );
     }
-    /** Too slow for real time on the first MEASURE_FRAMES frames: the server's audio from the next frame on. */
+    /** Too slow for real time over the utterance's frames decoded so far (at least MEASURE_FRAMES): the server's
+     * audio from the next frame on. */
     async function handOverIfSlow() {
       if (result.handover || !control?.serverAudio || decodedSamples < MEASURE_FRAMES * samplesPerFrame) return;
       const rtf = decodeSeconds / (decodedSamples / plan.sample_rate);
-      if (rtf > handoverRtf) await handOver(rtf, `on this utterance's first ${MEASURE_FRAMES} frames`);
+      const frames = decodedSamples / samplesPerFrame;
+      if (rtf > handoverRtf) await handOver(rtf, `over this utterance's first ${frames} frames`);
     }
     /** Every sample of the stream is here: the page's and, after a hand-over, the server's (a stream that was
      * cancelled or failed ends at its done, its audio as far as it came). */
@@ -546,10 +549,11 @@ async function runUtterance(
         ended(describe) {
           chain.then(async () => {
             if (parser.done === null) return finish(await describe());
-            if (audioComplete()) return finish();
+            if (audioComplete() || state.stopRequested) return finish(); // Stop: the audio as far as it came
             const { fromFrame, serverSamples } = result.handover;
             const want = (result.frameCount - fromFrame) * samplesPerFrame;
-            finish(new Error(`the connection closed with ${serverSamples} of the server's ${want} samples sent`));
+            const why = (await describe()).message;
+            finish(new Error(`${serverSamples} of the server's ${want} samples came before ${why}`));
           }, finish);
         },
       });
@@ -648,9 +652,12 @@ function socketSource(text, voice, typed = null) {
       };
       return {
         cancel,
+        /** Ask for the server's audio from `fromFrame` on; false where the socket is closing (nothing is sent). */
         serverAudio(fromFrame) {
           if (socket.readyState === WebSocket.OPEN) socket.send(serverAudioRequest(fromFrame));
           else if (socket.readyState === WebSocket.CONNECTING) serverAudioFrom = fromFrame;
+          else return false;
+          return true;
         },
         close() {
           if (socket.readyState <= WebSocket.OPEN) socket.close(1000);

@@ -143,17 +143,24 @@ const handlers = {
         provider,
         sessionOptions: { ...sessionOptions, ...(placement ? { logSeverityLevel: 0 } : {}) },
       };
-      return { ort, runners: await openPlanRunners(ort, plan, new Map(artifacts), options) };
+      const runners = await openPlanRunners(ort, plan, new Map(artifacts), options);
+      try {
+        // many GPU faults (shader or buffer limits) show only when a step runs: warming is part of opening
+        return { ort, runners, warmed: await warm(runners.main, runners.first) };
+      } catch (error) {
+        for (const session of runners.sessions) await session.release().catch(() => {});
+        throw error;
+      }
     };
-    let ort, runners;
+    let ort, runners, warmed;
     try {
       try {
-        ({ ort, runners } = await open(chosen));
+        ({ ort, runners, warmed } = await open(chosen));
       } catch (error) {
         if (chosen !== "webgpu" || provider === "webgpu") throw error;
         chosen = "wasm"; // auto: a GPU that cannot run the graph still leaves WASM
         fallback = `WebGPU could not open the step graph (${error.message ?? error})`;
-        ({ ort, runners } = await open(chosen));
+        ({ ort, runners, warmed } = await open(chosen));
       }
     } finally {
       artifacts.length = 0; // the worker keeps no copy of the weights once the session holds them
@@ -161,7 +168,6 @@ const handlers = {
     const log = placementLog;
     placementLog = null;
     decoder = new StatefulDecoder(runners.main, runners.first);
-    const warmed = await warm(runners.main, runners.first);
     return {
       provider: chosen,
       adapter: chosen === "webgpu" ? adapterInfo : null,

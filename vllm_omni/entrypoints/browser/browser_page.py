@@ -103,7 +103,7 @@ PAGE_FOLDERS = (
     PageFolder("", "page", tuple(CONTENT_TYPES), recursive=True, required="index.html"),
     PageFolder("edge/", "edge", (".mjs",)),
     PageFolder("edge/schemas/", SCHEMA_DIR, (".json",), required="exec_plan.schema.json"),
-    PageFolder("ort/", "node_modules/onnxruntime-web/dist", (".mjs", ".js", ".wasm"), required="ort.min.mjs"),
+    PageFolder("ort/", "node_modules/onnxruntime-web/dist", (".mjs", ".js", ".wasm"), required="ort.wasm.min.mjs"),
 )
 
 

@@ -38,9 +38,10 @@ class ServerAudioError(ValueError):
 class ServerAudio:
     """The frames a session sent (a segment end as ``None``) and, once asked for, their PCM decoded here.
 
-    ``send_text`` sends one text message. The speaker calls :meth:`frames` and :meth:`segment_end` after it sends
+    ``send_text`` sends one text message. The speaker calls :meth:`frames` and :meth:`segment_end` before it sends
     each; the session's reader calls :meth:`start`. One lock orders the two, so each frame is decoded once, in
-    stream order, whichever comes first."""
+    stream order, whichever comes first; a whole segment that ended before the requested frame is not decoded (its
+    decoder state ends with it)."""
 
     def __init__(self, speech: Any, send_text: Any) -> None:
         self.speech, self.send_text = speech, send_text
@@ -72,14 +73,21 @@ class ServerAudio:
             self.decoder = await self.speech.decode(
                 lambda: open_decoder(self.speech.server_decoder, check_sha256=False, prepack=True)
             )
-            self.from_sample = from_frame * self.decoder.codec.samples_per_frame
-            for item in self.sent:
-                await self._decode(item)
+            per_frame = self.decoder.codec.samples_per_frame
+            self.from_sample = from_frame * per_frame
+            for segment in _segments(self.sent):
+                frames = sum(len(batch) for batch in segment if batch is not None)
+                if segment[-1] is None and self.next_sample + frames * per_frame <= self.from_sample:
+                    self.next_sample += frames * per_frame  # a whole segment before the request: nothing to send
+                    continue
+                for item in segment:
+                    await self._decode(item)
             self.sent.clear()  # decoded: nothing needs them again
             self.caught_up.set()
 
     async def frames(self, batch: np.ndarray) -> None:
-        """A frames message was sent: ``[T, Q]`` codes."""
+        """A frames message is about to be sent: ``[T, Q]`` codes (counted before the send, so a client that
+        received them may name them while the send is still under way)."""
         async with self.lock:
             self.frames_sent += len(batch)
             if self.active:
@@ -104,6 +112,16 @@ class ServerAudio:
         for start in range(skip, len(pcm), MAX_PCM_MESSAGE_SAMPLES):
             piece = np.ascontiguousarray(pcm[start : start + MAX_PCM_MESSAGE_SAMPLES], dtype="<f4")
             await self.send_text(pcm_message(first + start, piece, decoder.codec.sample_rate))
+
+
+def _segments(sent: list[np.ndarray | None]) -> list[list[np.ndarray | None]]:
+    """``sent`` cut after each segment end (``None``); the last piece may be a segment still going on."""
+    segments: list[list[np.ndarray | None]] = [[]]
+    for item in sent:
+        segments[-1].append(item)
+        if item is None:
+            segments.append([])
+    return [segment for segment in segments if segment]
 
 
 def pcm_message(first_sample: int, samples: np.ndarray, sample_rate: int) -> str:

@@ -82,6 +82,7 @@ class SpeechSocket(SocketSession):
         self.segmenter: TextSegmenter | None = None  # sentence mode: the text cut into sentences
         self.server_audio = ServerAudio(self.speech, self.send_text)  # the frames sent; their PCM once asked for
         self.await_server_audio = False  # the start's "server_audio": the session stays open after done for it
+        self.awaiting_late_audio = False  # done is sent and the session waits for that request
 
     async def last_words(self, code: int, message: str) -> None:
         """A stream that started hears the whole message in its done."""
@@ -167,7 +168,10 @@ class SpeechSocket(SocketSession):
             yield piece
 
     def idle_closes(self) -> bool:
-        """Stream mode: idle is idle (a talker waiting for text); sentence mode: only with nothing to speak."""
+        """Stream mode: idle is idle (a talker waiting for text); sentence mode: only with nothing to speak; never
+        while done is out and a late ``server_audio`` may come (that wait has its own bound)."""
+        if self.awaiting_late_audio:
+            return False
         return self.text_mode == "stream" or (not self.speaking and self.segments.empty())
 
     def last_activity(self, last_message: float) -> float:
@@ -251,12 +255,20 @@ class SpeechSocket(SocketSession):
 
     async def finish_stream(self, encoder: Any, plan: Any) -> NoReturn:
         """End of stream, done, close 1000."""
+        from ..server.speech_streams import public_error
+
         end, done = encoder.finish()
+        try:  # the end of stream flushes the decoder: its last PCM before done
+            await self.server_audio.segment_end()
+        except (asyncio.CancelledError, SocketClosed):
+            raise
+        except Exception as error:
+            await self.close(1011, public_error(error))
         await self.send_bytes(end)
-        await self.server_audio.segment_end()  # the end of stream flushes the decoder: its last PCM before done
         await self.send_text(done.decode())
         self.encoder = None
         if self.await_server_audio:  # a late request's PCM follows done; a client that needs none closes first
+            self.awaiting_late_audio = True  # not idle: this wait is the bound
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.server_audio.caught_up.wait(), self.speech.limits.socket_idle_s)
         await self.close(1000, "complete")
@@ -292,10 +304,10 @@ class SpeechSocket(SocketSession):
             frames = self.speech.generator.stream_prepared(prepared, request_id)
             async with contextlib.aclosing(frame_batches(frames, body.frames_per_message)) as batches:
                 async for piece in batches:
-                    await self.send_bytes(encoder.frames(piece))
                     await self.server_audio.frames(piece)
-            await self.send_bytes(encoder.marker(segment_end=True))
+                    await self.send_bytes(encoder.frames(piece))
             await self.server_audio.segment_end()
+            await self.send_bytes(encoder.marker(segment_end=True))
             self.speaking = False
 
     async def speak_streamed(self, encoder, body, template) -> None:
@@ -311,6 +323,6 @@ class SpeechSocket(SocketSession):
         )
         async with contextlib.aclosing(frame_batches(frames, body.frames_per_message)) as batches:
             async for piece in batches:
-                await self.send_bytes(encoder.frames(piece))
                 await self.server_audio.frames(piece)
+                await self.send_bytes(encoder.frames(piece))
                 self.last_sent = time.monotonic()
