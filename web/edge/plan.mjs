@@ -42,7 +42,8 @@ async function refusal(response, what) {
 
 /**
  * Check `plan` against the plan's JSON Schema as the server's reader does (vllm_omni/edge/plan/schema.py's
- * check_schema: schema id and version first, then the first error by field path, in jsonschema's words); returns
+ * check_schema: schema id and version first, then the first error by field path, in jsonschema's words, then each
+ * graph's external data file named as the graph records it, beside it); returns
  * the plan. `plan` comes from parsePythonJson (JSON.parse works too, reading 16.0 as an int).
  */
 export function checkPlanSchema(plan, source = "plan") {
@@ -61,6 +62,15 @@ export function checkPlanSchema(plan, source = "plan") {
   }
   const error = firstSchemaError(planSchema, plan);
   if (error) throw new PlanError(`${source}: ${error.where}: ${error.message}`);
+  for (const [role, artifact] of Object.entries(plan.artifacts)) {
+    const weights = artifact.external_data;
+    if (weights && weights.file !== `${artifact.file}.data`) {
+      throw new PlanError(
+        `${source}: artifacts.${role}.external_data.file: expected ${pyRepr(`${artifact.file}.data`)} (beside the ` +
+          `graph, under the name it records), found ${pyRepr(weights.file)}`,
+      );
+    }
+  }
   return plan;
 }
 

@@ -75,7 +75,8 @@ def validator_for(schema: dict[str, Any]) -> Any:
 
 
 def check_schema(payload: Any, source: str = "plan") -> None:
-    """Raise :class:`ExecPlanError` naming the first field that breaks the JSON Schema (schema id first)."""
+    """Raise :class:`ExecPlanError` naming the first field that breaks the JSON Schema (schema id first), or a graph's
+    external data file not named as the graph records it (``<graph>.data``, beside it; the browser's reader alike)."""
     if not isinstance(payload, dict):
         raise ExecPlanError(f"{source}: a plan is a JSON object, found {type(payload).__name__}")
     if payload.get("schema") != PLAN_SCHEMA:
@@ -91,3 +92,10 @@ def check_schema(payload: Any, source: str = "plan") -> None:
         error = errors[0]
         where = ".".join(str(part) for part in error.absolute_path) or "(top level)"
         raise ExecPlanError(f"{source}: {where}: {error.message}")
+    for role, artifact in payload["artifacts"].items():  # the name the graph records: what a runtime opens
+        weights = artifact.get("external_data")
+        if weights is not None and weights["file"] != f"{artifact['file']}.data":
+            raise ExecPlanError(
+                f"{source}: artifacts.{role}.external_data.file: expected {artifact['file'] + '.data'!r} (beside the "
+                f"graph, under the name it records), found {weights['file']!r}"
+            )
