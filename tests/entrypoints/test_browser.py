@@ -49,6 +49,8 @@ UTTERANCES = (("Hello there, this is a test.", "Ryan"), ("Good morning, how are 
 TEST_HOOK = "edge_test=1"  # the page installs window.edgeTest only when its address's fragment asks
 PAGE_CAPTURE_FRAMES = 512  # app.mjs CAPTURE_FRAMES: the frames (and their PCM) an utterance keeps for a test
 PAGE_MEASURE_FRAMES = 24  # app.mjs MEASURE_FRAMES: the frames a page decodes before it judges its speed
+NEVER = 1e9  # a hand-over bar no decode passes: the page decodes every frame itself
+HANDS_OFF = {"handoverRtf": NEVER, "loadHandoverRtf": NEVER}
 WEBGPU_LOAD_S = 180  # a plan on SwiftShader: the session, a verbose placement log, shaders compiled for both steps
 # SwiftShader's WebGPU against the full decode: 127.8 dB measured at the small geometry (WASM: 110-129 dB). The graph
 # has no sin or cos op (web_layout.py), so a GPU's loose builtins do not enter: WASM's bar, far above the issue's 60 dB.
@@ -218,6 +220,8 @@ def open_page(driver, url: str) -> None:
     driver.get(url)
     ready = call(driver, "await window.edgeTest.ready; return true;", timeout=PAGE_LOAD_S, wait_for_hook=True)
     assert ready is True, f"the page's edgeTest.ready failed: {ready}\n{console(driver)}"
+    # the tests check the page's own decode: no hand-over unless one asks (a loaded test machine is slow)
+    call(driver, "window.edgeTest.setHandover(args[0]); return true;", HANDS_OFF, timeout=10)
     shown = status_text(driver)
     assert "error" not in status_class(driver), (
         f"the page opened with #api_key=KEY is not ready: #status says {shown!r}\n{console(driver)}"
@@ -249,9 +253,6 @@ def console(driver) -> str:
         return "\n".join(f"{entry['level']}: {entry['message']}" for entry in driver.get_log("browser")[-40:])
     except Exception as error:  # the log is a diagnostic: its absence must not hide the failure itself
         return f"(no browser log: {error})"
-
-
-NEVER = 1e9  # a hand-over bar no decode passes: the page decodes every frame itself
 
 
 def speak(

@@ -31,6 +31,7 @@
 //        measured at load; instead of HANDOVER_RTF; 0 forces one, 1e9 rules it out)
 //   playRecording(bytes: number[]) -> as speak: a codec-stream recording ("QCS\x01" framing) through the same
 //        parser, decoder worker and status line as the WebSocket's messages (hostile and cut-off streams)
+//   setHandover({handoverRtf, loadHandoverRtf}): the hand-over's bars for every utterance after (speak's own win)
 //   setApiKey(key), reloadPlan({threads, provider, softwareAdapter, placement, sessionOptions}) -> {planSeconds, threads, cached,
 //        error, provider, adapter, fallback, warmSeconds, placement}   (threads, provider: as ?threads=N,
 //        ?provider=; softwareAdapter: decode on a software WebGPU adapter (SwiftShader) too; placement: the
@@ -140,6 +141,7 @@ const state = {
   threads: address.threads, // WASM threads asked for (?threads=N, reloadPlan({threads})); null: the worker's default
   decoderOptions: { provider: address.provider, softwareAdapter: false, placement: false, sessionOptions: {} }, // init
   hardwareClass: HARDWARE_CLASS, // the class whose plan the page loads (the test hook may name another stateful one)
+  handover: { handoverRtf: HANDOVER_RTF, loadHandoverRtf: HANDOVER_RTF }, // the bars (test hook: setHandover)
   planLoading: null, // Promise of the load in progress
   busy: false,
   cancel: null, // cancels the utterance in progress
@@ -399,7 +401,11 @@ class Capture {
  */
 async function runUtterance(
   source,
-  { cancelAfterFrames = null, handoverRtf = HANDOVER_RTF, loadHandoverRtf = HANDOVER_RTF } = {},
+  {
+    cancelAfterFrames = null,
+    handoverRtf = state.handover.handoverRtf,
+    loadHandoverRtf = state.handover.loadHandoverRtf,
+  } = {},
 ) {
   const result = {
     frameCount: 0, // frames received
@@ -879,6 +885,9 @@ if (address.testHooks) {
     speak,
     playRecording: (bytes) => runUtterance(recordingSource(Uint8Array.from(bytes))),
     typedResult: async () => (state.lastTyped ? await state.lastTyped.done : null),
+    setHandover({ handoverRtf = HANDOVER_RTF, loadHandoverRtf = HANDOVER_RTF } = {}) {
+      state.handover = { handoverRtf, loadHandoverRtf };
+    },
     async setApiKey(key) {
       ui.apiKey.value = key ?? "";
       try {
