@@ -61,6 +61,17 @@ def test_the_web_graph_has_no_sin_or_cos_and_takes_int32_codes(web_graph):
     assert graph_contract(web_graph).codes_dtype == "int32"
 
 
+def test_a_graphs_metadata_is_read_without_parsing_the_graph(web_graph):
+    """What the start-up's formulation check reads: the same key/values as onnx's full load, none of the weights."""
+    import onnx
+
+    from vllm_omni.edge.backends.onnx import graph_layout, graph_metadata
+
+    model = onnx.load(str(web_graph), load_external_data=False)
+    assert graph_metadata(web_graph) == {prop.key: prop.value for prop in model.metadata_props}
+    assert graph_layout(web_graph) == WEB_LAYOUT
+
+
 def test_only_shape_arithmetic_in_the_web_graph_reads_int64_data(web_graph):
     """What the browser test sees placed off WebGPU must be shape arithmetic: here, no node outside it reads an
     int64 tensor (the file's value types, after onnx's shape inference)."""

@@ -111,13 +111,62 @@ GRAPH_LAYOUT_KEY = "qwen3_tts.graph_layout"
 PASS_FRAMES_KEY = "qwen3_tts.pass_frames"
 
 
+METADATA_FIELD = 14  # ModelProto.metadata_props: StringStringEntryProto, repeated
+
+
+def _varint(handle: Any) -> int | None:
+    """A protobuf varint read from ``handle``; None at the end of the file."""
+    value, shift = 0, 0
+    while byte := handle.read(1):
+        value |= (byte[0] & 0x7F) << shift
+        if byte[0] < 0x80:
+            return value
+        shift += 7
+    if shift:
+        raise ValueError("the file ends inside a varint")
+    return None
+
+
+def graph_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
+    """A graph file's ``metadata_props``, read without parsing the rest: the model's top-level fields are walked and
+    every other one (the graph with any weights inside it) skipped by its length. A file that is not a well-formed
+    protobuf is read by onnx instead, which says what is wrong with it."""
+    from google.protobuf.message import DecodeError
+
+    onnx = _onnx()
+    recorded: dict[str, str] = {}
+    try:
+        with open(path, "rb") as handle:
+            end = os.fstat(handle.fileno()).st_size
+            while (key := _varint(handle)) is not None:
+                field, wire = key >> 3, key & 7
+                if wire == 0:
+                    _varint(handle)
+                elif wire in (1, 5):
+                    handle.seek(8 if wire == 1 else 4, os.SEEK_CUR)
+                elif wire == 2:
+                    size = _varint(handle)
+                    if field != METADATA_FIELD:
+                        handle.seek(size, os.SEEK_CUR)
+                        continue
+                    entry = onnx.StringStringEntryProto.FromString(handle.read(size))
+                    recorded[entry.key] = entry.value
+                else:
+                    raise ValueError(f"wire type {wire}")
+                if handle.tell() > end:
+                    raise ValueError("a field runs past the end of the file")
+    except (ValueError, TypeError, DecodeError):
+        model = onnx.load(str(path), load_external_data=False)
+        return {prop.key: prop.value for prop in model.metadata_props}
+    return recorded
+
+
 def graph_formulation(path: str | os.PathLike[str]) -> tuple[str, int | None]:
-    """``(graph layout, frames per pass)`` a step graph records, read in one load of the file.
+    """``(graph layout, frames per pass)`` a step graph records (:func:`graph_metadata`: no parse of its weights).
 
     The layout is ``time_on_width`` when it records none; frames per pass ``None`` for one pass.
     """
-    model = _onnx().load(str(path), load_external_data=False)
-    recorded = {prop.key: prop.value for prop in model.metadata_props}
+    recorded = graph_metadata(path)
     passes = recorded.get(PASS_FRAMES_KEY)
     return recorded.get(GRAPH_LAYOUT_KEY, "time_on_width"), int(passes) if passes is not None else None
 

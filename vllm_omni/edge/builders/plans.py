@@ -11,7 +11,7 @@ Which class runs which builder, and :func:`~.registry.build`, are :mod:`.registr
 
 from __future__ import annotations
 
-from ..backends.onnx import external_data_files, graph_layout
+from ..backends.onnx import external_data_name, graph_layout
 from ..graphs.layouts import DEFAULT_LAYOUT
 from ..hardware.registry import HardwareClass
 from ..plan.construct import StepArtifact, stateful_plan, windowed_plan
@@ -45,16 +45,17 @@ def build_windowed(hardware_class: HardwareClass, request: BuildRequest) -> Exec
 def build_onnx_steps(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
     """The class's step graphs in its ``graph_layout``; with its ``external_data`` default, each graph's weights in
     an ONNX external data file the plan records beside it."""
+    external_data = bool(class_default(None, hardware_class, "external_data"))
     graphs, model = export_steps(
         hardware_class,
         request,
         graph_layout=class_default(None, hardware_class, "graph_layout"),
-        external_data=bool(class_default(None, hardware_class, "external_data")),
+        external_data=external_data,
     )
     steps = {
         role: StepArtifact(
             path=path,
-            external_data=next((path.with_name(name) for name in external_data_files(path)), None),
+            external_data=path.with_name(external_data_name(path)) if external_data else None,
             contract=contract,
             verification=None
             if check is None
