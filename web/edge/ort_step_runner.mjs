@@ -32,11 +32,7 @@ export async function createStepSession(
   const options = { executionProviders: [provider], graphOptimizationLevel: "all", ...sessionOptions };
   if (externalData) options.externalData = externalData.map(({ path, data }) => ({ path, data: asBytes(data) }));
   if (provider === "webgpu") options.preferredOutputLocation = { [OUTPUT_NAMES[1]]: "gpu-buffer" };
-  try {
-    return await ort.InferenceSession.create(bytes, options);
-  } finally {
-    delete options.externalData; // the session holds its own copy: a reference kept with the options would be a second
-  }
+  return ort.InferenceSession.create(bytes, options);
 }
 
 /** A runner at the contract's step size over `session`; input and output names come from the contract. */
