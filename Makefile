@@ -59,7 +59,7 @@ setup-browser:
 # Main job on the embedded default: a random-weight checkpoint in the released layout -> the plan of
 # every hardware class (rockchip_npu compiles in the converter venv), each decoding a stream.
 demo: setup setup-rknn
-	$(PY) -m vllm_omni.edge.testing.demo --out out/demo
+	$(PY) -m vllm_omni.testing.demo --out out/demo
 
 test: setup setup-oracle setup-rknn setup-vllm setup-web setup-browser
 	$(PY) -m ruff check .

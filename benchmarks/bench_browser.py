@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 from bench_serve import start_server
 
-from vllm_omni.edge.testing.browser import open_headless_chromium
+from vllm_omni.testing.browser import open_headless_chromium
 
 KEY = "bench-key"
 # Decoder settings beside the WASM thread counts: (name, reloadPlan options); threads None: the page's default.
@@ -71,7 +71,7 @@ def ensure_checkpoint(out: Path, geometry: str) -> Path:
     checkpoint = out / f"checkpoint-{geometry}"
     if not (checkpoint / "config.json").exists():
         print(f"[bench] writing a random-weight {geometry} checkpoint with a tiny talker to {checkpoint}", flush=True)
-        command = [sys.executable, "-m", "vllm_omni.edge.testing.make_checkpoint", "--geometry", geometry]
+        command = [sys.executable, "-m", "vllm_omni.testing.make_checkpoint", "--geometry", geometry]
         subprocess.run([*command, "--talker", "tiny", "--out", str(checkpoint)], check=True)
     return checkpoint
 

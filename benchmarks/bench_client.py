@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     from vllm_omni.edge.builders.request import BuildRequest
     from vllm_omni.edge.hardware import get_hardware_class
     from vllm_omni.edge.stream import StreamStart, encode_recording
-    from vllm_omni.edge.testing.codes import random_codes
-    from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
+    from vllm_omni.testing.codes import random_codes
+    from vllm_omni.testing.make_checkpoint import ensure_checkpoint
 
     args.out.mkdir(parents=True, exist_ok=True)
     model = ensure_checkpoint(args.out / f"checkpoint-{args.geometry}", args.geometry)

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_full_decode.py --out out/bench [--geometry released] [--frames 25 100 250]
 
-RANDOM WEIGHTS: the checkpoint is written by ``vllm_omni.edge.testing.make_checkpoint`` (reused
+RANDOM WEIGHTS: the checkpoint is written by ``vllm_omni.testing.make_checkpoint`` (reused
 across runs). Reports, per input length: median seconds over ``--repeats`` warm runs, the
 real-time factor (decode seconds / audio seconds; < 1 is faster than real time), the
 multiply-accumulates counted from the module shapes, the achieved GFLOP/s, and each length's time
@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workers import count_macs
 
 from vllm_omni.edge.checkpoint import load_code2wav_decoder
-from vllm_omni.edge.testing.codes import random_codes
-from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
+from vllm_omni.testing.codes import random_codes
+from vllm_omni.testing.make_checkpoint import ensure_checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:

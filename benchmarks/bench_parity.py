@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.checkpoint import load_code2wav_decoder
-from vllm_omni.edge.testing.make_checkpoint import decoder_shapes
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2DecoderConfig
+from vllm_omni.testing.make_checkpoint import decoder_shapes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ORACLE_PYTHON = REPO_ROOT / ".venv-oracle" / "bin" / "python"

@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from vllm_omni.edge.audio import snr_db
     from vllm_omni.edge.checkpoint import resolve_speech_tokenizer
-    from vllm_omni.edge.testing.codes import random_codes
-    from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
+    from vllm_omni.testing.codes import random_codes
+    from vllm_omni.testing.make_checkpoint import ensure_checkpoint
 
     args.out.mkdir(parents=True, exist_ok=True)
     model = args.model or ensure_checkpoint(args.out / f"checkpoint-{args.geometry}", args.geometry)

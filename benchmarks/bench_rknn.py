@@ -3,7 +3,7 @@
     .venv-rknn/bin/python benchmarks/bench_rknn.py --out out/bench [--geometry released]
         [--targets rk3588 rk3576] [--steps 16 64] [--first 2] [--check-steps 20] [--only ROW ...]
 
-RANDOM WEIGHTS. Two checkpoints (:mod:`vllm_omni.edge.testing.drive`): ``hot`` (make_checkpoint's
+RANDOM WEIGHTS. Two checkpoints (:mod:`vllm_omni.testing.drive`): ``hot`` (make_checkpoint's
 weights, output RMS about 0.07, SnakeBeta driven hard) and ``moderate`` (seed 1, the waveform
 blocks' convs x0.5, final conv rescaled to a loud output). The ONNX step graphs (NPU layout,
 ``time_on_height``) are exported once per checkpoint and B; then, one converter process per row
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from vllm_omni.edge.testing.drive import write_drive_checkpoint
+    from vllm_omni.testing.drive import write_drive_checkpoint
 
     args.out.mkdir(parents=True, exist_ok=True)
     checkpoints = {}

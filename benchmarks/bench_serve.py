@@ -151,7 +151,7 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=50)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     args = parser.parse_args()
-    from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+    from vllm_omni.testing.make_checkpoint import write_checkpoint
 
     work = args.out / "serve"
     work.mkdir(parents=True, exist_ok=True)

@@ -351,7 +351,7 @@ def main() -> int:
     parser.add_argument("--socket-frames", type=int, default=20, help="max_frames of each WebSocket segment")
     parser.add_argument("--settle-s", type=float, default=5.0, help="wait after the load before the RSS reading")
     args = parser.parse_args()
-    from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+    from vllm_omni.testing.make_checkpoint import write_checkpoint
 
     counts = scaled_counts(args.clients_scale)
     work = args.out / "serve_load"

@@ -320,9 +320,9 @@ def run(args) -> int:
     from vllm_omni.edge.builders.request import BuildRequest
     from vllm_omni.edge.checkpoint import load_code2wav_decoder, resolve_speech_tokenizer
     from vllm_omni.edge.hardware.registry import get_hardware_class
-    from vllm_omni.edge.testing.codes import random_codes
-    from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
     from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
+    from vllm_omni.testing.codes import random_codes
+    from vllm_omni.testing.make_checkpoint import ensure_checkpoint
 
     logging.basicConfig(level=logging.WARNING, format="[%(name)s] %(message)s")
     main_step = max(args.steps)

@@ -271,7 +271,7 @@ def run(python: Path, runtime: str, checkpoint: Path | None, frames: int, concur
 
 
 def ensure_checkpoint(out: Path, geometry: str) -> Path:
-    from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+    from vllm_omni.testing.make_checkpoint import write_checkpoint
 
     path = out / f"talker-{geometry}"
     config = path / "config.json"

@@ -456,7 +456,7 @@ def bench_size(size: str, args) -> Path:
     checkpoint = work / "ckpt"
     if not (checkpoint / "model.safetensors").is_file():
         print(f"[bench] {size}: writing a random-weight checkpoint ...", flush=True)
-        command = [sys.executable, "-m", "vllm_omni.edge.testing.make_checkpoint", "--geometry", "small"]
+        command = [sys.executable, "-m", "vllm_omni.testing.make_checkpoint", "--geometry", "small"]
         subprocess.run([*command, "--talker", size, "--out", str(checkpoint)], check=True, timeout=1800)
     text, pieces, tokens = paragraph_pieces(checkpoint / "tokenizer.json", sentences, args.piece_chars)
     commits = commit_schedule(checkpoint, pieces)

@@ -48,7 +48,7 @@ def worker(args) -> dict:
     else:
         from vllm_omni.edge.checkpoint import load_code2wav_decoder
         from vllm_omni.edge.plan.manifest import WindowedManifest
-        from vllm_omni.edge.testing.reference import eager_windowed_decoder
+        from vllm_omni.testing.reference import eager_windowed_decoder
 
         manifest = WindowedManifest.read(args.programs)
         start = time.perf_counter()
@@ -91,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     from vllm_omni.edge.audio import snr_db
     from vllm_omni.edge.graphs.window_contract import windowing_overhead
     from vllm_omni.edge.plan.manifest import WindowedManifest
-    from vllm_omni.edge.testing.codes import random_codes
-    from vllm_omni.edge.testing.make_checkpoint import ensure_checkpoint
     from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
+    from vllm_omni.testing.codes import random_codes
+    from vllm_omni.testing.make_checkpoint import ensure_checkpoint
 
     args.out.mkdir(parents=True, exist_ok=True)
     model = ensure_checkpoint(args.out / f"checkpoint-{args.geometry}", args.geometry)

@@ -1,6 +1,6 @@
 """Shared fixtures: random-weight checkpoints in the released layout, written once per session.
 
-Helpers shared by several test modules live here as fixtures or in :mod:`vllm_omni.edge.testing`;
+Helpers shared by several test modules live here as fixtures or in :mod:`vllm_omni.testing`;
 test modules never import each other.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from vllm_omni.edge.checkpoint import load_code2wav_decoder
-from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+from vllm_omni.testing.make_checkpoint import write_checkpoint
 
 # -- which venv runs what, and no run that passes by skipping ------------------------------------------
 #
@@ -162,11 +162,11 @@ def small_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def talker_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A whole model directory: a tiny random-weight talker and BPE tokenizer over a small-geometry decoder.
 
-    The decoder is the ``moderate`` drive one (:mod:`vllm_omni.edge.testing.drive`, seed 1): the Rockchip
+    The decoder is the ``moderate`` drive one (:mod:`vllm_omni.testing.drive`, seed 1): the Rockchip
     tests compile it (its fp16 ceiling makes their bar meaningful), and the serving tests serve the plan
     they compiled (:func:`shared_plans`) instead of compiling it again.
     """
-    from vllm_omni.edge.testing.drive import write_drive_checkpoint
+    from vllm_omni.testing.drive import write_drive_checkpoint
 
     return write_drive_checkpoint(tmp_path_factory.mktemp("ckpt") / "talker", "small", "moderate", 1, talker="tiny")
 

@@ -45,7 +45,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.graphs.stateful import Code2WavStep
 from vllm_omni.edge.runtime.stateful_decoder import StatefulDecoder
-from vllm_omni.edge.testing.random_weights import random_decoder_state
 from vllm_omni.model_executor.models.qwen3_tts.code_predictor import Qwen3TTSCodePredictor
 from vllm_omni.model_executor.models.qwen3_tts.code_predictor_graphs import BUCKETS, BucketedCodePredictor
 from vllm_omni.model_executor.models.qwen3_tts.fused_code_predictor import FusedCodePredictor
@@ -54,6 +53,7 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
     Qwen3TTSTokenizerV2Decoder,
     Qwen3TTSTokenizerV2DecoderConfig,
 )
+from vllm_omni.testing.random_weights import random_decoder_state
 
 BATCHES = (1, 3, 16, 48)  # 3 and 48 run in padded buckets (4, 64)
 SPEED_BATCHES = BUCKETS  # 1 .. 64

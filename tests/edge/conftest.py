@@ -32,7 +32,7 @@ def edge_build_command(out_dir: Path, *args) -> list[str]:
 def moderate_checkpoint(tmp_path_factory) -> Path:
     """The small ``moderate`` drive decoder (seed 1): the same speech tokenizer, byte for byte, as the serving
     tests' talker checkpoint (tests/conftest.py), so they can serve the Rockchip plan compiled for it."""
-    from vllm_omni.edge.testing.drive import write_drive_checkpoint
+    from vllm_omni.testing.drive import write_drive_checkpoint
 
     return write_drive_checkpoint(tmp_path_factory.mktemp("ckpt") / "moderate", "small", "moderate", seed=1)
 
@@ -152,7 +152,7 @@ BACKGROUND = {
 
 @pytest.fixture(scope="session")
 def near_silent_checkpoint(tmp_path_factory) -> Path:
-    """A small random checkpoint whose decode has RMS about 1e-8 (:mod:`vllm_omni.edge.testing.near_silent`)."""
-    from vllm_omni.edge.testing.near_silent import write_near_silent_checkpoint
+    """A small random checkpoint whose decode has RMS about 1e-8 (:mod:`vllm_omni.testing.near_silent`)."""
+    from vllm_omni.testing.near_silent import write_near_silent_checkpoint
 
     return write_near_silent_checkpoint(tmp_path_factory.mktemp("ckpt") / "near_silent")

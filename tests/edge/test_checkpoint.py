@@ -12,8 +12,8 @@ from safetensors.torch import load_file, save_file
 
 from vllm_omni.edge.checkpoint import load_code2wav_decoder, read_decoder_tensors, resolve_speech_tokenizer
 from vllm_omni.edge.errors import CheckpointError, CheckpointNotFoundError
-from vllm_omni.edge.testing.codes import random_codes
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import DecoderConfigError
+from vllm_omni.testing.codes import random_codes
 
 
 @pytest.fixture

@@ -63,7 +63,7 @@ def talker_generator(talker_checkpoint: Path, offline_generator):
 def base_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Base (voice cloning) checkpoint: tiny talker, released-geometry speech tokenizer (12.5 frames per second of
     reference audio, as released) with its speaker encoder and tokenizer encoder; random weights."""
-    from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+    from vllm_omni.testing.make_checkpoint import write_checkpoint
 
     return write_checkpoint(tmp_path_factory.mktemp("base") / "ckpt", "released", 0, talker="tiny", talker_type="base")
 
@@ -71,7 +71,7 @@ def base_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def voice_design_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A VoiceDesign checkpoint: tiny talker over a small-geometry decoder (seed 1); random weights."""
-    from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+    from vllm_omni.testing.make_checkpoint import write_checkpoint
 
     out = tmp_path_factory.mktemp("design") / "ckpt"
     return write_checkpoint(out, "small", 1, talker="tiny", talker_type="voice_design")

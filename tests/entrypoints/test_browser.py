@@ -31,9 +31,9 @@ import numpy as np
 import pytest
 
 from vllm_omni.edge.audio import snr_db
-from vllm_omni.edge.testing.browser import open_headless_chromium
 from vllm_omni.entrypoints.browser.browser_page import ISOLATION_HEADERS, WEB_DIR_ENV, BrowserPage, web_dir
 from vllm_omni.entrypoints.websocket.socket_auth import CODEC_SUBPROTOCOL
+from vllm_omni.testing.browser import open_headless_chromium
 
 from .serving import KEY, as_recording, bearer, running_server
 

@@ -63,7 +63,7 @@ def clip() -> bytes:
 @pytest.fixture(scope="module")
 def base_checkpoint(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Base talker beside the serving tests' speech tokenizer (the same bytes, so the same plans)."""
-    from vllm_omni.edge.testing.talker_checkpoint import write_talker_files
+    from vllm_omni.testing.talker_checkpoint import write_talker_files
 
     out = tmp_path_factory.mktemp("base-serve") / "ckpt"
     shutil.copytree(talker_checkpoint / "speech_tokenizer", out / "speech_tokenizer")

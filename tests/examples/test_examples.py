@@ -85,7 +85,7 @@ def vllm_runs(request, repo_root, talker_checkpoint, tmp_path_factory, backgroun
     if "test_clone_a_voice_offline" in selected:
         import shutil
 
-        from vllm_omni.edge.testing.talker_checkpoint import write_talker_files
+        from vllm_omni.testing.talker_checkpoint import write_talker_files
 
         base = tmp_path_factory.mktemp("examples") / "base"
         shutil.copytree(talker_checkpoint / "speech_tokenizer", base / "speech_tokenizer")

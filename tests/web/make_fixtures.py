@@ -43,7 +43,7 @@ from vllm_omni.edge.stream import (
     pack11,
     record,
 )
-from vllm_omni.edge.testing.streams import mutate
+from vllm_omni.testing.streams import mutate
 
 TINY = StreamStart(num_quantizers=2, codebook_size=2048, frame_rate=12.5, sample_rate=24000, max_frames_per_message=4)
 SEED = 29
@@ -290,7 +290,7 @@ def write_decode_fixtures(out: Path, checkpoint: Path | None, hardware: str) -> 
     from vllm_omni.edge.checkpoint import load_code2wav_decoder
     from vllm_omni.edge.hardware import get_hardware_class
     from vllm_omni.edge.runtime.stateful_decoder import StatefulDecoder, rope_angles
-    from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
+    from vllm_omni.testing.make_checkpoint import write_checkpoint
 
     out.mkdir(parents=True, exist_ok=True)
     if checkpoint is None:

@@ -138,7 +138,7 @@ def decode_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(REPO_ROOT))
-    from vllm_omni.edge.testing.random_weights import random_decoder_state  # torch-only helper
+    from vllm_omni.testing.random_weights import random_decoder_state  # torch-only helper
 
     official = import_official_tokenizer_12hz()
     config_module = sys.modules["qwen_tts_tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2"]

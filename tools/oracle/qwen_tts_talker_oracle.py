@@ -13,7 +13,7 @@ transformers 4.57.3, which the main venv cannot import):
 
 ``DIR`` is a checkpoint in the released layout (``config.json``, ``generation_config.json``,
 ``model.safetensors`` with ``talker.*`` tensors, the text tokenizer files), e.g. one written by
-``python -m vllm_omni.edge.testing.make_checkpoint --out DIR --talker tiny``. Its
+``python -m vllm_omni.testing.make_checkpoint --out DIR --talker tiny``. Its
 ``speech_tokenizer/`` is never touched: the codes are not decoded to audio here.
 
 1. ``Qwen3TTSForConditionalGeneration`` is built from ``DIR/config.json`` (eager attention,

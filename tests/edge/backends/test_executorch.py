@@ -13,8 +13,8 @@ from vllm_omni.edge.backends.executorch import load_pte
 from vllm_omni.edge.cli.export import main as export_main
 from vllm_omni.edge.plan.manifest import WindowedManifest
 from vllm_omni.edge.runtime.manifest_decoder import open_windowed_decoder
-from vllm_omni.edge.testing.codes import random_codes
-from vllm_omni.edge.testing.reference import eager_windowed_decoder
+from vllm_omni.testing.codes import random_codes
+from vllm_omni.testing.reference import eager_windowed_decoder
 
 
 def test_every_program_ran_in_the_executorch_runtime_and_matched_eager(pte_programs):

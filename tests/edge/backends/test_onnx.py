@@ -11,7 +11,7 @@ from vllm_omni.edge.backends.onnx import export_step_onnx, graph_contract, op_re
 from vllm_omni.edge.backends.onnxruntime import OnnxStepGraph, OnnxStepRunner
 from vllm_omni.edge.graphs.step_contract import StepContractError
 from vllm_omni.edge.runtime import StatefulDecoder
-from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.testing.codes import random_codes
 
 
 @pytest.fixture(scope="module")

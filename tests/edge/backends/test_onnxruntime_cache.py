@@ -13,8 +13,8 @@ from vllm_omni.edge.backends.onnxruntime import OnnxStepGraph
 from vllm_omni.edge.backends.onnxruntime_cache import CACHE_ENV, OptimizedModelCache
 from vllm_omni.edge.files import file_sha256
 from vllm_omni.edge.runtime import StatefulDecoder
-from vllm_omni.edge.testing.codes import random_codes
-from vllm_omni.edge.testing.reference import full_decode
+from vllm_omni.testing.codes import random_codes
+from vllm_omni.testing.reference import full_decode
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from vllm_omni.edge.backends.registry import (
 )
 from vllm_omni.edge.plan import ExecPlan, ExecPlanError
 from vllm_omni.edge.runtime import StreamDecoder, open_decoder
-from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.testing.codes import random_codes
 
 from ..plugin_package import install_plugin
 

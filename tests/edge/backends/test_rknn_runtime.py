@@ -19,7 +19,7 @@ from vllm_omni.edge.audio import float_to_pcm16, snr_db
 from vllm_omni.edge.errors import EdgeError
 from vllm_omni.edge.plan import ExecPlan, StepArtifact, stateful_plan
 from vllm_omni.edge.runtime.open import open_decoder
-from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.testing.codes import random_codes
 
 FAKE_RKNNLITE = """
 from pathlib import Path

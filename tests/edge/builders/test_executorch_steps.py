@@ -30,7 +30,7 @@ from vllm_omni.edge.plan import ExecPlan, ExecPlanError
 from vllm_omni.edge.plan.validation import check_contracts
 from vllm_omni.edge.runtime import StatefulDecoder
 from vllm_omni.edge.runtime.open import open_decoder
-from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.testing.codes import random_codes
 
 EXACT_DB = 110.0
 

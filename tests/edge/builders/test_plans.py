@@ -13,7 +13,7 @@ from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.plan import ExecPlan, ExecPlanError
 from vllm_omni.edge.runtime import WindowedDecoder
 from vllm_omni.edge.runtime.open import open_decoder
-from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.testing.codes import random_codes
 
 
 def test_the_phone_plan_holds_every_window_as_a_method_of_one_program(phone_plan):

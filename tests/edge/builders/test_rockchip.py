@@ -1,6 +1,6 @@
 """rockchip_npu: compile step graphs with rknn-toolkit2 2.5.0 (converter venv) and check them in its simulator.
 
-The checkpoint is a small-geometry ``moderate`` drive one (RANDOM WEIGHTS, :mod:`vllm_omni.edge.testing.drive`):
+The checkpoint is a small-geometry ``moderate`` drive one (RANDOM WEIGHTS, :mod:`vllm_omni.testing.drive`):
 its fp16 ceiling sits near 60 dB, so a 55 dB bar catches a graph that loses precision. The ``hot``
 weights of ``make_checkpoint`` top out near 47 dB in any fp16 arithmetic (torch half precision too).
 """
@@ -182,7 +182,7 @@ def test_a_recorded_stream_through_the_edge_client_in_the_simulator_matches_the_
 
     from vllm_omni.edge.audio import snr_db
     from vllm_omni.edge.plan import ExecPlan
-    from vllm_omni.edge.testing.streams import recording, segment_messages
+    from vllm_omni.testing.streams import recording, segment_messages
 
     out, _ = compiled
     plan = ExecPlan.load(out)

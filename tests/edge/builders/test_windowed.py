@@ -13,7 +13,7 @@ from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.cli.export import main as export_main
 from vllm_omni.edge.plan.manifest import ManifestError, WindowedManifest
 from vllm_omni.edge.runtime.manifest_decoder import open_windowed_decoder
-from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.testing.codes import random_codes
 
 
 def stream_frames(decoder, frames: np.ndarray) -> np.ndarray:

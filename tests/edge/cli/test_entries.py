@@ -14,7 +14,7 @@ PYTHON_M_ENTRIES = (
     ("vllm_omni.edge.decoder_export", "usage: python -m vllm_omni.edge.decoder_export "),
     ("vllm_omni.edge.client", "usage: python -m vllm_omni.edge.client "),
     ("vllm_omni.edge.codec_stream", "usage: python -m vllm_omni.edge.codec_stream "),
-    ("vllm_omni.edge.testing.make_checkpoint", "--geometry {released,small}"),
+    ("vllm_omni.testing.make_checkpoint", "--geometry {released,small}"),
     ("vllm_omni.edge.cli.rknn_convert", "usage: python -m vllm_omni.edge.cli.rknn_convert "),
 )
 

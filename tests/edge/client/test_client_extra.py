@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from vllm_omni.edge.audio import snr_db
-from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.testing.codes import random_codes
 
 CLIENT_PINS = ("numpy==2.4.6", "jsonschema==4.26.0", "onnxruntime==1.31.1")  # the client extra, as CI pins it
 DECODE = """

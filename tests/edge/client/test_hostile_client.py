@@ -25,8 +25,8 @@ from vllm_omni.edge.cli import client as client_cli
 from vllm_omni.edge.cli.client import main as client_main
 from vllm_omni.edge.client import EdgeClient, fetch_plan
 from vllm_omni.edge.plan import ExecPlan, ExecPlanError
-from vllm_omni.edge.testing.codes import random_codes
-from vllm_omni.edge.testing.streams import recording, segment_messages
+from vllm_omni.testing.codes import random_codes
+from vllm_omni.testing.streams import recording, segment_messages
 
 HANG_SECONDS = 60  # longer is a hang, whatever the load (latencies belong in benchmarks)
 

@@ -21,8 +21,8 @@ from vllm_omni.edge.cli.client import main as client_main
 from vllm_omni.edge.client import EdgeClient, fetch_plan
 from vllm_omni.edge.plan import ExecPlan, ExecPlanError
 from vllm_omni.edge.stream import KIND_BINARY, KIND_JSON, CodecStreamEncoder, StreamStart
-from vllm_omni.edge.testing.codes import random_codes
-from vllm_omni.edge.testing.streams import recording, segment_messages
+from vllm_omni.testing.codes import random_codes
+from vllm_omni.testing.streams import recording, segment_messages
 
 
 def decode(plan: ExecPlan, data: bytes):

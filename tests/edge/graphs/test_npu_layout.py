@@ -10,7 +10,7 @@ from vllm_omni.edge.graphs.layouts import NPU_LAYOUT
 from vllm_omni.edge.graphs.npu_layout import Code2WavNpuStep
 from vllm_omni.edge.graphs.stateful import Code2WavStep, TorchStepRunner
 from vllm_omni.edge.runtime import StatefulDecoder
-from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.testing.codes import random_codes
 
 
 def test_the_npu_step_streams_the_cpu_steps_audio_and_cache(small_decoder):

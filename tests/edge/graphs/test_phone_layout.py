@@ -7,7 +7,7 @@ from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.graphs.phone_layout import Code2WavPhoneStep
 from vllm_omni.edge.graphs.stateful import Code2WavStep, TorchStepRunner
 from vllm_omni.edge.runtime import StatefulDecoder
-from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.testing.codes import random_codes
 
 
 def test_the_phone_step_streams_the_full_decode_and_the_steps_audio(small_decoder):

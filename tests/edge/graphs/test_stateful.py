@@ -7,11 +7,11 @@ import torch
 from vllm_omni.edge.audio import snr_db as snr
 from vllm_omni.edge.graphs.stateful import Code2WavStep, TorchStepRunner, cache_layout
 from vllm_omni.edge.runtime import StatefulDecoder
-from vllm_omni.edge.testing.codes import random_codes
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
     Qwen3TTSTokenizerV2Decoder,
     Qwen3TTSTokenizerV2DecoderConfig,
 )
+from vllm_omni.testing.codes import random_codes
 
 STREAM_FRAMES = 101  # > 10x the small geometry's window of 8, and not a multiple of any tested B
 

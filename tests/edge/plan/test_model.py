@@ -14,8 +14,8 @@ from vllm_omni.edge.cli.main import main as edge_main
 from vllm_omni.edge.plan import PLAN_NAME, ExecPlan, ExecPlanError, session_option
 from vllm_omni.edge.plan.model import _plan_digest
 from vllm_omni.edge.runtime.open import open_decoder
-from vllm_omni.edge.testing.codes import random_codes
-from vllm_omni.edge.testing.reference import full_decode
+from vllm_omni.testing.codes import random_codes
+from vllm_omni.testing.reference import full_decode
 
 
 @pytest.fixture

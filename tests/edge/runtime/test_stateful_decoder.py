@@ -8,7 +8,7 @@ import pytest
 
 from vllm_omni.edge.graphs.stateful import Code2WavStep, TorchStepRunner
 from vllm_omni.edge.runtime import InvalidFramesError, StatefulDecoder
-from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.testing.codes import random_codes
 
 
 @pytest.fixture

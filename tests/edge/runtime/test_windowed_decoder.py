@@ -11,8 +11,8 @@ from vllm_omni.edge.errors import EdgeError
 from vllm_omni.edge.geometry import CodecGeometry
 from vllm_omni.edge.graphs.windowed import EagerWindowRunner
 from vllm_omni.edge.runtime import InvalidFramesError, WindowedDecoder
-from vllm_omni.edge.testing.codes import random_codes
-from vllm_omni.edge.testing.reference import eager_windowed_decoder
+from vllm_omni.testing.codes import random_codes
+from vllm_omni.testing.reference import eager_windowed_decoder
 
 RAMP, CONTEXT = (2, 4, 8), 16  # windows 0+2, 2+4, 6+8, 14+8, then 16+8
 

@@ -42,7 +42,7 @@ from vllm_omni.edge.stream import (
     record,
     unpack11,
 )
-from vllm_omni.edge.testing.streams import mutate
+from vllm_omni.testing.streams import mutate
 
 TINY = StreamStart(num_quantizers=2, codebook_size=2048, frame_rate=12.5, sample_rate=24000, max_frames_per_message=4)
 

@@ -7,7 +7,7 @@ import pytest
 
 from vllm_omni.edge.cli.codec_stream import main as codec_stream_main
 from vllm_omni.edge.stream import InvalidFramesError
-from vllm_omni.edge.testing.codes import random_codes
+from vllm_omni.testing.codes import random_codes
 
 
 @pytest.fixture

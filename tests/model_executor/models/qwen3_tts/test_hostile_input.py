@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from vllm_omni.edge.errors import EdgeError
-from vllm_omni.edge.testing.codes import random_codes
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
     DecoderConfigError,
     DecoderWeightsError,
@@ -19,6 +18,7 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
     modeling_qwen3_tts_tokenizer_v2 as modeling,
 )
+from vllm_omni.testing.codes import random_codes
 
 
 def test_the_decoder_errors_are_edge_errors():

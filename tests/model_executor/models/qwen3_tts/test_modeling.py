@@ -1,8 +1,6 @@
 import pytest
 import torch
 
-from vllm_omni.edge.testing.codes import random_codes
-from vllm_omni.edge.testing.random_weights import random_decoder_state
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
     InvalidCodesError,
     Qwen3TTSTokenizerV2Decoder,
@@ -12,6 +10,8 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts
     SnakeBeta,
     sliding_window_mask,
 )
+from vllm_omni.testing.codes import random_codes
+from vllm_omni.testing.random_weights import random_decoder_state
 
 
 def random_decoder(config: Qwen3TTSTokenizerV2DecoderConfig, seed: int = 0) -> Qwen3TTSTokenizerV2Decoder:

@@ -21,8 +21,8 @@ import torch
 
 from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.checkpoint import load_code2wav_decoder
-from vllm_omni.edge.testing.make_checkpoint import decoder_shapes
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2DecoderConfig
+from vllm_omni.testing.make_checkpoint import decoder_shapes
 
 pytestmark = pytest.mark.oracle
 

@@ -23,7 +23,6 @@ import pytest
 import torch
 
 from tests.audio_files import encoded
-from vllm_omni.edge.testing.talker_checkpoint import write_talker_files
 from vllm_omni.entrypoints.generation.reference_decoding import load_reference_audio
 from vllm_omni.model_executor.models.qwen3_tts.reference_audio import (
     SPEAKER_MEL,
@@ -32,6 +31,7 @@ from vllm_omni.model_executor.models.qwen3_tts.reference_audio import (
     speaker_mel,
 )
 from vllm_omni.model_executor.models.qwen3_tts.speaker_encoder import SpeakerEncoderError, load_speaker_encoder
+from vllm_omni.testing.talker_checkpoint import write_talker_files
 
 pytestmark = pytest.mark.vllm  # the serving venv: transformers, PyAV and soxr (tests/conftest.py)
 

@@ -22,7 +22,6 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from vllm_omni.edge.testing.make_checkpoint import write_checkpoint
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.encoder import (
     SpeechTokenizerEncoder,
     load_speech_tokenizer_encoder,
@@ -37,6 +36,7 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.errors import (
     EncoderWeightsError,
     InvalidAudioError,
 )
+from vllm_omni.testing.make_checkpoint import write_checkpoint
 
 pytestmark = pytest.mark.vllm
 
@@ -281,7 +281,7 @@ def test_one_sample_makes_one_frame(small_encoder):
 
 def test_codes_follow_weights_loaded_after_a_first_encode(small_checkpoint):
     """Mimi caches each codebook at its first use; loading new weights must not leave the old codebooks."""
-    from vllm_omni.edge.testing.random_encoder_weights import random_encoder_state
+    from vllm_omni.testing.random_encoder_weights import random_encoder_state
 
     samples = make_clips("small")["one_second"]
     state = random_encoder_state(encoder_state_shapes(SMALL_ENCODER_CONFIG), seed=5)

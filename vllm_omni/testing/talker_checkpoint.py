@@ -38,11 +38,10 @@ from typing import Any
 
 import torch
 
+from vllm_omni.edge.files import write_atomically, write_json_atomically
 from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import OFFICIAL_GENERATION_DEFAULTS
 
-from ..files import write_atomically, write_json_atomically
-
-RANDOM_WEIGHTS_NOTE = "RANDOM WEIGHTS written by vllm_omni.edge.testing.talker_checkpoint; not a trained model"
+RANDOM_WEIGHTS_NOTE = "RANDOM WEIGHTS written by vllm_omni.testing.talker_checkpoint; not a trained model"
 
 # The released codec control ids, language ids and CustomVoice speakers (public configs of
 # Qwen3-TTS-12Hz-*-CustomVoice; the same in the 0.6B and 1.7B checkpoints).

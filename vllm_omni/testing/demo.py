@@ -1,6 +1,6 @@
 """The main job on an embedded default: build the execution plan of every hardware class, then decode with each.
 
-    python -m vllm_omni.edge.testing.demo --out out/demo
+    python -m vllm_omni.testing.demo --out out/demo
 
 No weights can be downloaded here, so by default the demo writes a checkpoint in the released
 layout with RANDOM WEIGHTS (small geometry unless ``--geometry released``; reused on the next
@@ -23,13 +23,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..audio import snr_db, write_wav
-from ..builders.registry import build
-from ..builders.request import BuildRequest
-from ..checkpoint import load_code2wav_decoder
-from ..errors import EdgeError
-from ..hardware import UnknownHardwareClassError, get_hardware_class, hardware_classes
-from ..runtime.open import open_decoder
+from vllm_omni.edge.audio import snr_db, write_wav
+from vllm_omni.edge.builders.registry import build
+from vllm_omni.edge.builders.request import BuildRequest
+from vllm_omni.edge.checkpoint import load_code2wav_decoder
+from vllm_omni.edge.errors import EdgeError
+from vllm_omni.edge.hardware import UnknownHardwareClassError, get_hardware_class, hardware_classes
+from vllm_omni.edge.runtime.open import open_decoder
+
 from .codes import random_codes
 from .make_checkpoint import ensure_checkpoint
 
@@ -42,7 +43,7 @@ def _say(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vllm_omni.edge.testing.demo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m vllm_omni.testing.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("out/demo"))
     parser.add_argument("--model", help="checkpoint dir or hub id (default: a random-weight released-layout one)")
     parser.add_argument("--geometry", choices=("released", "small"), default="small", help="of the embedded checkpoint")

@@ -4,9 +4,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from vllm_omni.edge.testing.codes import random_codes
-from vllm_omni.edge.testing.make_checkpoint import decoder_shapes, main, save_reproducibly
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2DecoderConfig
+from vllm_omni.testing.codes import random_codes
+from vllm_omni.testing.make_checkpoint import decoder_shapes, main, save_reproducibly
 
 
 def test_writes_the_released_file_layout_marked_as_random_weights(small_checkpoint):

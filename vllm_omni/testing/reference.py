@@ -7,12 +7,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from vllm_omni.edge.geometry import CodecGeometry
+from vllm_omni.edge.graphs.window_contract import window_schedule
+from vllm_omni.edge.graphs.windowed import EagerWindowRunner
+from vllm_omni.edge.runtime.windowed_decoder import WindowedDecoder
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE, Qwen3TTSTokenizerV2Decoder
-
-from ..geometry import CodecGeometry
-from ..graphs.window_contract import window_schedule
-from ..graphs.windowed import EagerWindowRunner
-from ..runtime.windowed_decoder import WindowedDecoder
 
 
 def eager_windowed_decoder(

@@ -1,6 +1,6 @@
 """Write a random-weight checkpoint in the released Qwen3-TTS file layout.
 
-    python -m vllm_omni.edge.testing.make_checkpoint --geometry released --seed 0 --out ckpt/
+    python -m vllm_omni.testing.make_checkpoint --geometry released --seed 0 --out ckpt/
 
 No weights can be downloaded here, so tests and demos decode with this. The layout is that of a
 released ``Qwen/Qwen3-TTS-12Hz-*`` checkpoint::
@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from vllm_omni.edge.checkpoint import CONFIG_FILE, DECODER_PREFIX, SPEECH_TOKENIZER_DIR, WEIGHTS_FILE
+from vllm_omni.edge.files import write_atomically
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
     Qwen3TTSTokenizerV2Config,
     Qwen3TTSTokenizerV2Decoder,
@@ -38,8 +40,6 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.encoder_layout imp
     encoder_state_shapes,
 )
 
-from ..checkpoint import CONFIG_FILE, DECODER_PREFIX, SPEECH_TOKENIZER_DIR, WEIGHTS_FILE
-from ..files import write_atomically
 from .random_encoder_weights import random_encoder_state
 from .random_weights import random_decoder_state
 
@@ -49,7 +49,7 @@ GEOMETRIES = {
     "released": Qwen3TTSTokenizerV2DecoderConfig.released,
     "small": Qwen3TTSTokenizerV2DecoderConfig.small,
 }
-RANDOM_WEIGHTS_NOTE = "RANDOM WEIGHTS written by vllm_omni.edge.testing.make_checkpoint; not a trained model"
+RANDOM_WEIGHTS_NOTE = "RANDOM WEIGHTS written by vllm_omni.testing.make_checkpoint; not a trained model"
 ENCODER_PREFIX = "encoder."
 # Encoder geometries by samples per frame, which the encoder and the decoder must share.
 ENCODER_GEOMETRIES = {encoder_samples_per_frame(c): c for c in (RELEASED_ENCODER_CONFIG, SMALL_ENCODER_CONFIG)}

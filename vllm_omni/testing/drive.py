@@ -35,7 +35,8 @@ def write_drive_checkpoint(
     """
     import torch
 
-    from ..errors import EdgeError
+    from vllm_omni.edge.errors import EdgeError
+
     from .make_checkpoint import GEOMETRIES, decoder_shapes, write_checkpoint
     from .random_weights import random_decoder_state
 
@@ -50,7 +51,7 @@ def write_drive_checkpoint(
         if _BLOCK_CONV.match(name) and tensor.dim() == 3:
             tensor.mul_(block_gain)
     path = write_checkpoint(out, geometry, seed, decoder_state=state)
-    from ..checkpoint import load_code2wav_decoder
+    from vllm_omni.edge.checkpoint import load_code2wav_decoder
 
     decoder = load_code2wav_decoder(path)
     codes = torch.randint(

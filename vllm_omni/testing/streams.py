@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..stream import (
+from vllm_omni.edge.stream import (
     KIND_BINARY,
     KIND_JSON,
     RECORDING_MAGIC,

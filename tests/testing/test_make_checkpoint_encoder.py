@@ -10,18 +10,18 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from vllm_omni.edge.testing.make_checkpoint import (
-    PREPROCESSOR_CONFIG,
-    decoder_shapes,
-    encoder_config_for,
-)
-from vllm_omni.edge.testing.random_weights import random_decoder_state
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2DecoderConfig
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.encoder_layout import (
     RELEASED_ENCODER_CONFIG,
     encoder_samples_per_frame,
     encoder_state_shapes,
 )
+from vllm_omni.testing.make_checkpoint import (
+    PREPROCESSOR_CONFIG,
+    decoder_shapes,
+    encoder_config_for,
+)
+from vllm_omni.testing.random_weights import random_decoder_state
 
 # The official Qwen3TTSTokenizerV2Encoder at the released geometry (MimiModel less its decoder half), counted in
 # the oracle venv: 225 tensors, 56,234,304 values.
