@@ -9,11 +9,12 @@ column names it or something inside it (``vllm_omni/model_executor/`` is named b
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-ROOTS = ("vllm_omni/", "tools/", "benchmarks/", "docs/", "web/", "tests/", "examples/")
+ROOTS = ("vllm_omni/", "tools/", "benchmarks/", "docs/", "web/", "tests/", "examples/", "requirements/")
 
 
 def layout_rows(text: str) -> list[str]:
@@ -63,3 +64,17 @@ def test_every_path_the_layout_table_names_exists():
     named = [path for cell in layout_rows(README.read_text()) for path in named_paths(cell)]
     stale = [path for path in named if not (REPO / path).exists()]
     assert not stale, f"README.md's layout table names {stale}, which the tree does not hold: fix or drop the row"
+
+
+def top_level_folders() -> list[str]:
+    """The repository's top-level folders that hold tracked files (hidden ones, such as ``.ci/``, aside)."""
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    return sorted({f"{line.split('/', 1)[0]}/" for line in listed.splitlines() if "/" in line and line[0] != "."})
+
+
+def test_every_top_level_folder_is_named_in_the_readme_layout_table():
+    named = [path for cell in layout_rows(README.read_text()) for path in named_paths(cell)]
+    folders = top_level_folders()
+    assert "vllm_omni/" in folders and "web/" in folders
+    missing = [folder for folder in folders if not any(path.startswith(folder) for path in named)]
+    assert not missing, f"README.md's layout table has no row for {missing}: add one that says what it holds"

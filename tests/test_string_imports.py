@@ -157,9 +157,9 @@ def test_every_allowed_name_is_still_used_exists_and_is_declared(repo_root):
 
 
 def test_the_scan_finds_each_way_of_naming_a_module_and_not_prose():
-    source = '''"""Docs may say vllm_omni.edge.builders.plans:build_windowed."""
+    source = '''"""Docs may say vllm_omni.edge.builders.windowed.build."""
 import importlib
-BUILDER = "vllm_omni.edge.builders.plans:build_windowed"
+BUILDER = "vllm_omni.edge.builders.windowed.build"
 PACKAGE = "vllm_omni.edge.builders"
 module = importlib.import_module("vllm_omni.edge.builders.plans")
 other = __import__("executorch")
@@ -169,7 +169,7 @@ PROG = "python -m vllm_omni.edge.client"
 '''
     found = [(f.line, f.named) for f in named_in_strings(source, "probe.py")]
     assert sorted(found) == [
-        (3, "vllm_omni.edge.builders.plans:build_windowed"),
+        (3, "vllm_omni.edge.builders.windowed.build"),
         (4, "vllm_omni.edge.builders"),
         (5, "importlib.import_module('vllm_omni.edge.builders.plans')"),
         (5, "vllm_omni.edge.builders.plans"),

@@ -47,7 +47,7 @@ def test_the_routes_and_plan_loading_import_no_builder_or_exporter(cpu_plan, rep
     )
     assert run.returncode == 0, run.stderr[-3000:]
     loaded = run.stdout.split()
-    assert "vllm_omni.entrypoints.routes.edge_routes" in loaded and "vllm_omni.edge.backends.onnxruntime" in loaded
+    assert "vllm_omni.entrypoints.routes.edge_routes" in loaded and "vllm_omni.edge.backends.onnx.run" in loaded
     forbidden = not_in_an_api_server(repo_root)
     found = [name for name in loaded if any(name == m or name.startswith(m + ".") for m in forbidden)]
     assert not found, f"an API server process imported {found}"

@@ -7,7 +7,14 @@ Every layer raises its own subclass of :class:`EdgeError` (plans ``ExecPlanError
 
 from vllm_omni.errors import EdgeError
 
-__all__ = ["CheckpointError", "CheckpointNotFoundError", "ClientError", "EdgeError", "EdgeExportError"]
+__all__ = [
+    "CheckpointError",
+    "CheckpointNotFoundError",
+    "ClientError",
+    "EdgeError",
+    "EdgeExportError",
+    "InvalidFramesError",
+]
 
 
 class CheckpointError(EdgeError):
@@ -24,3 +31,11 @@ class EdgeExportError(EdgeError):
 
 class ClientError(EdgeError):
     """The edge client could not reach, read or write what it was given (network, files, interruption)."""
+
+
+class InvalidFramesError(EdgeError, ValueError):
+    """Codec frames that do not fit a contract (shape, dtype, count, range), refused before any state changes.
+
+    The one class for frames handed to a decoder (:func:`vllm_omni.edge.runtime.check_frames`) and to the
+    codec-stream encoder; both packages export it.
+    """

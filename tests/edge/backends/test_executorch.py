@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from vllm_omni.edge.audio import snr_db
-from vllm_omni.edge.backends.executorch import load_pte
+from vllm_omni.edge.backends.executorch.run import load_pte
 from vllm_omni.edge.cli.export import main as export_main
 from vllm_omni.edge.plan.manifest import WindowedManifest
 from vllm_omni.edge.runtime.manifest_decoder import open_windowed_decoder
@@ -72,7 +72,7 @@ def test_a_program_over_tolerance_fails_the_export_and_is_removed(
 
 
 def test_native_cpuinfo_lines_are_held_back_and_other_native_lines_pass(capfd):
-    from vllm_omni.edge.backends.executorch import CPUINFO_NOISE, native_stderr_without
+    from vllm_omni.edge.backends.executorch.program import CPUINFO_NOISE, native_stderr_without
 
     with native_stderr_without(CPUINFO_NOISE):
         os.write(2, b"Error in cpuinfo: failed to parse the list of possible processors\n")

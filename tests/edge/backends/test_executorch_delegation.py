@@ -6,13 +6,14 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from vllm_omni.edge.backends.executorch import ExecuTorchProgramWriter, profile_outside_time
-from vllm_omni.edge.backends.executorch_delegation import (
+from vllm_omni.edge.backends.executorch.delegation import (
     DelegationReport,
     OutsideOps,
     count_flops,
     op_kind,
 )
+from vllm_omni.edge.backends.executorch.export import ExecuTorchProgramWriter
+from vllm_omni.edge.backends.executorch.run import profile_outside_time
 
 
 class TableThenLinear(nn.Module):

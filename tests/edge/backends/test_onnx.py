@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from vllm_omni.edge.audio import snr_db
-from vllm_omni.edge.backends.onnx import export_step_onnx, graph_contract, op_report
-from vllm_omni.edge.backends.onnxruntime import OnnxStepGraph, OnnxStepRunner
+from vllm_omni.edge.backends.onnx.export import export_step_onnx
+from vllm_omni.edge.backends.onnx.graph import graph_contract, op_report
+from vllm_omni.edge.backends.onnx.run import OnnxStepGraph, OnnxStepRunner
 from vllm_omni.edge.graphs.step_contract import StepContractError
 from vllm_omni.edge.runtime import StatefulDecoder
 from vllm_omni.testing.codes import random_codes

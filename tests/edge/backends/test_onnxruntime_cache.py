@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from vllm_omni.edge.audio import snr_db
-from vllm_omni.edge.backends.onnx import export_step_onnx
-from vllm_omni.edge.backends.onnxruntime import OnnxStepGraph
-from vllm_omni.edge.backends.onnxruntime_cache import CACHE_ENV, OptimizedModelCache
+from vllm_omni.edge.backends.onnx.export import export_step_onnx
+from vllm_omni.edge.backends.onnx.run import OnnxStepGraph
+from vllm_omni.edge.backends.onnx.session_cache import CACHE_ENV, OptimizedModelCache
 from vllm_omni.edge.files import file_sha256
 from vllm_omni.edge.runtime import StatefulDecoder
 from vllm_omni.testing.codes import random_codes
@@ -84,7 +84,7 @@ def test_the_cache_can_be_turned_off(monkeypatch):
 
 
 def test_entries_beyond_the_limit_are_dropped(cpu_graph, tmp_path, monkeypatch):
-    from vllm_omni.edge.backends import onnxruntime_cache
+    from vllm_omni.edge.backends.onnx import session_cache as onnxruntime_cache
 
     monkeypatch.setattr(onnxruntime_cache, "MAX_ENTRIES", 1)
     path, sha256 = cpu_graph

@@ -52,7 +52,7 @@ LAZY_BACKENDS = """
 import sys
 
 TOOLCHAINS = {"torch", "executorch", "onnx", "rknn", "rknnlite"}
-BACKENDS = {"vllm_omni.edge.backends." + name for name in ("executorch", "torch_export", "onnxruntime", "rknn_runtime")}
+BACKENDS = {f"vllm_omni.edge.backends.{name}.run" for name in ("executorch", "torch_export", "onnx", "rknn")}
 
 
 def loaded(names):
@@ -63,7 +63,10 @@ from vllm_omni.edge.backends.registry import get_backend
 
 assert not loaded(TOOLCHAINS | BACKENDS), f"importing the registry loaded {loaded(TOOLCHAINS | BACKENDS)}"
 assert get_backend("onnxruntime").graph_kind == get_backend("rknn").graph_kind == "stateful"
-heavy = TOOLCHAINS | {f"vllm_omni.edge.backends.{name}" for name in ("executorch", "torch_export", "rknn")}
+heavy = TOOLCHAINS | {
+    f"vllm_omni.edge.backends.{name}"
+    for name in ("executorch.run", "executorch.export", "torch_export.run", "torch_export.export", "rknn.convert")
+}
 assert not loaded(heavy), f"the device backends loaded {loaded(heavy)}"
 assert get_backend("executorch").graph_kind == get_backend("torch_export").graph_kind == "windowed"
 assert not loaded(TOOLCHAINS), f"choosing the windowed backends loaded {loaded(TOOLCHAINS)}"
@@ -81,7 +84,7 @@ def test_a_plugin_backend_decodes_a_plan_that_names_it(cpu_plan, tmp_path, monke
         monkeypatch,
         "edge_backend_demo",
         (
-            "from vllm_omni.edge.backends.onnxruntime import OnnxRuntimeBackend\n"
+            "from vllm_omni.edge.backends.onnx.run import OnnxRuntimeBackend\n"
             "class CountingBackend(OnnxRuntimeBackend):\n"
             "    name = 'counting_ort'\n"
             "    opened = []\n"

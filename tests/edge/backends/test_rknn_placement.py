@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni.edge.backends.rknn import EXPECTED_CPU_OPS, captured_output, expected_cpu_ops, parse_placement
+from vllm_omni.edge.backends.rknn.convert import EXPECTED_CPU_OPS, captured_output, expected_cpu_ops, parse_placement
 
 SEP = "D RKNN: [05:30:19.776] " + "-" * 90
 LAYER_TABLE = f"""\
@@ -96,7 +96,7 @@ def test_c_stdio_buffered_inside_the_capture_lands_in_the_log(tmp_path):
     script = textwrap.dedent(f"""
         import ctypes
         from pathlib import Path
-        from vllm_omni.edge.backends.rknn import captured_output
+        from vllm_omni.edge.backends.rknn.convert import captured_output
         with captured_output(Path({str(log)!r}), workdir=Path({str(tmp_path)!r})):
             ctypes.CDLL(None).printf(b"No lowering found for: /MatMul_3, node type = Einsum, use X instead.\\n")
             assert Path.cwd() == Path({str(tmp_path)!r})
@@ -111,7 +111,7 @@ def test_c_stdio_buffered_inside_the_capture_lands_in_the_log(tmp_path):
 
 def fake_build(placement: dict):
     """``build_engine`` stand-in whose report carries ``placement`` (no toolkit)."""
-    from vllm_omni.edge.backends.rknn import EngineReport
+    from vllm_omni.edge.backends.rknn.convert import EngineReport
 
     class FakeEngine:
         def __init__(self, output):
@@ -128,7 +128,7 @@ def fake_build(placement: dict):
 
 @pytest.fixture(scope="module")
 def step_graph(small_decoder, tmp_path_factory):
-    from vllm_omni.edge.builders.steps import export_checked_step
+    from vllm_omni.edge.builders.onnx.steps import export_checked_step
 
     path = tmp_path_factory.mktemp("graph") / "step_b4.onnx"
     return export_checked_step(small_decoder, 4, path, graph_layout="time_on_height")
@@ -137,7 +137,7 @@ def step_graph(small_decoder, tmp_path_factory):
 def converter_with_placement(placement: dict, step_graph: Path, tmp_path: Path, monkeypatch) -> Path:
     """The converter with ``build_engine`` reporting ``placement`` and a passing simulator check (no toolkit);
     returns a copy of the step graph in ``tmp_path`` to convert."""
-    from vllm_omni.edge.builders import rknn_convert
+    from vllm_omni.edge.builders.rknn import convert as rknn_convert
 
     check = {"passed": True, "verdict": "fake", "frames": 80, "steps": [4] * 20, "per_step_snr_db": [60.0] * 20}
     check |= {"min_step_snr_db": 60.0, "mean_step_snr_db": 60.0, "snr_db_vs_onnxruntime": 60.0}
@@ -149,7 +149,7 @@ def converter_with_placement(placement: dict, step_graph: Path, tmp_path: Path, 
 
 
 def test_an_op_off_the_npu_beyond_the_allow_list_fails_the_conversion_unless_allowed(step_graph, tmp_path, monkeypatch):
-    from vllm_omni.edge.builders import rknn_convert
+    from vllm_omni.edge.builders.rknn import convert as rknn_convert
     from vllm_omni.edge.plan import ExecPlan
 
     placement = vars(parse_placement(BUILD_LOG, "rk3588"))
@@ -173,7 +173,7 @@ def test_an_op_off_the_npu_beyond_the_allow_list_fails_the_conversion_unless_all
 
 
 def test_a_clean_placement_passes_and_is_recorded_in_the_plan(step_graph, tmp_path, monkeypatch):
-    from vllm_omni.edge.builders import rknn_convert
+    from vllm_omni.edge.builders.rknn import convert as rknn_convert
     from vllm_omni.edge.plan import ExecPlan
 
     clean = "\n".join(
@@ -189,8 +189,8 @@ def test_a_clean_placement_passes_and_is_recorded_in_the_plan(step_graph, tmp_pa
 
 
 def test_the_converter_says_cpu_ops_with_its_own_exit_code(tmp_path, monkeypatch):
-    from vllm_omni.edge.builders import rknn_convert
-    from vllm_omni.edge.builders.rockchip import OUTCOME_REASONS
+    from vllm_omni.edge.builders.rknn import convert as rknn_convert
+    from vllm_omni.edge.builders.rknn.build import OUTCOME_REASONS
     from vllm_omni.edge.cli import rknn_convert as cli
 
     unexpected = {"main": {"Einsum": {"count": 1, "nodes": ["/MatMul_2"], "reason": "not in EXPECTED_CPU_OPS"}}}

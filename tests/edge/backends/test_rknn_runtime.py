@@ -111,7 +111,7 @@ def test_auto_picks_the_board_runtime_when_rknnlite_is_installed(board_plan):
 def test_a_file_the_board_runtime_cannot_load_is_a_clear_error(board_plan):
     plan = ExecPlan.load(board_plan)
     with pytest.raises(EdgeError, match="rknnlite could not load .*built for this SoC"):
-        from vllm_omni.edge.backends.rknn_runtime import RknnLiteStepRunner
+        from vllm_omni.edge.backends.rknn.run import RknnLiteStepRunner
 
         (board_plan / "junk.rknn").write_bytes(b"junk")
         RknnLiteStepRunner(board_plan / "junk.rknn", plan.step_contract("main"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_omni.edge.backends import xnnpack_options
-from vllm_omni.edge.backends.executorch import load_program
+from vllm_omni.edge.backends.executorch import xnnpack_options
+from vllm_omni.edge.backends.executorch.run import load_program
 
 
 @pytest.fixture

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vllm_omni.edge.backends.executorch import ExecuTorchProgramWriter, load_program
-from vllm_omni.edge.backends.executorch_delegation import DelegationReport
+from vllm_omni.edge.backends.executorch.delegation import DelegationReport
+from vllm_omni.edge.backends.executorch.export import ExecuTorchProgramWriter
+from vllm_omni.edge.backends.executorch.run import load_program
 
 
 class ThreeLayers(nn.Module):

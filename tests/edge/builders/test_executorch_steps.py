@@ -11,15 +11,11 @@ import pytest
 import torch
 
 from vllm_omni.edge.audio import snr_db
-from vllm_omni.edge.backends.executorch import (
-    STEP_CONTRACT_KEY,
-    ExecuTorchProgramWriter,
-    load_program,
-    metadata_method,
-    step_contract_of,
-)
-from vllm_omni.edge.backends.executorch_delegation import DelegationReport
-from vllm_omni.edge.builders.executorch_steps import (
+from vllm_omni.edge.backends.executorch.delegation import DelegationReport
+from vllm_omni.edge.backends.executorch.export import ExecuTorchProgramWriter
+from vllm_omni.edge.backends.executorch.program import STEP_CONTRACT_KEY, metadata_method
+from vllm_omni.edge.backends.executorch.run import load_program, step_contract_of
+from vllm_omni.edge.builders.executorch.build import (
     PROGRAM_NAME,
     check_step_program,
     open_step_runners,

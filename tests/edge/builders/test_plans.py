@@ -59,7 +59,7 @@ def test_the_browser_plan_keeps_its_weights_beside_the_graph_and_decodes_exactly
     """One graph in the webgpu layout whose weights are an external data file the plan records (sha256 and size
     checked like the graph's, one file for both roles); it decodes exactly in onnxruntime; the CPU classes' plan is
     stale for the browser class and the browser's for the CPU class (``vllm serve`` rebuilds such a plan)."""
-    from vllm_omni.edge.backends.onnx import external_data_files, graph_layout
+    from vllm_omni.edge.backends.onnx.graph import external_data_files, graph_layout
     from vllm_omni.edge.builders.registry import stale_formulation
     from vllm_omni.edge.hardware import get_hardware_class
 

@@ -25,20 +25,27 @@ def test_every_graph_kind_of_every_class_has_a_builder_and_every_builder_a_class
     named = {}
     for record in hardware_classes().values():
         for kind in record.graph_kinds:
-            named[(record.name, kind)] = get_builder(record.builder_for(kind)).__name__
+            builder = get_builder(record.builder_for(kind))
+            named[(record.name, kind)] = f"{builder.__module__}.{builder.__name__}"
+    root = "vllm_omni.edge.builders"
     assert named == {
-        ("npu_phone", "windowed"): "build_windowed",
-        ("npu_phone", "stateful"): "build_executorch_steps",
-        ("rockchip_npu", "stateful"): "build_rknn",
-        ("cpu_x86_64", "stateful"): "build_onnx_steps",
-        ("cpu_arm64", "stateful"): "build_onnx_steps",
-        ("browser", "stateful"): "build_onnx_steps",
+        ("npu_phone", "windowed"): f"{root}.windowed.build",
+        ("npu_phone", "stateful"): f"{root}.executorch.build.build",
+        ("rockchip_npu", "stateful"): f"{root}.rknn.build.build",
+        ("cpu_x86_64", "stateful"): f"{root}.onnx.build.build",
+        ("cpu_arm64", "stateful"): f"{root}.onnx.build.build",
+        ("browser", "stateful"): f"{root}.onnx.build.build",
     }
-    assert {builder.__name__ for builder in BUILTIN_BUILDERS.values()} == set(named.values())
+    assert {f"{b.__module__}.{b.__name__}" for b in BUILTIN_BUILDERS.values()} == set(named.values())
+
+
+def test_a_builders_name_is_its_module_under_the_builders_package():
+    for name, builder in BUILTIN_BUILDERS.items():
+        assert builder.__module__.split(".")[3] == name, (name, builder.__module__)
 
 
 def test_an_unknown_builder_names_the_known_ones_before_any_work(tmp_path):
-    with pytest.raises(UnknownBuilderError, match="unknown builder 'tflite'; known: windowed, onnx_steps, "):
+    with pytest.raises(UnknownBuilderError, match="unknown builder 'tflite'; known: windowed, onnx, "):
         get_builder("tflite")
     toaster = dataclasses.replace(get_hardware_class("cpu_x86_64"), name="toaster", builder="tflite")
     out_dir = tmp_path / "plan"

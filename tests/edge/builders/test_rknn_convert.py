@@ -48,9 +48,9 @@ def test_a_build_with_register_overflow_fails_unless_allowed(small_decoder, tmp_
 
     import pytest
 
-    from vllm_omni.edge.backends.rknn import EngineReport
-    from vllm_omni.edge.builders import rknn_convert
-    from vllm_omni.edge.builders.steps import export_checked_step
+    from vllm_omni.edge.backends.rknn.convert import EngineReport
+    from vllm_omni.edge.builders.onnx.steps import export_checked_step
+    from vllm_omni.edge.builders.rknn import convert as rknn_convert
 
     graph = export_checked_step(small_decoder, 4, tmp_path / "step_b4.onnx", graph_layout="time_on_height")
 
@@ -76,7 +76,7 @@ def test_a_build_with_register_overflow_fails_unless_allowed(small_decoder, tmp_
 
 
 def test_a_converter_killed_by_a_signal_is_named():
-    from vllm_omni.edge.builders.rockchip import died_how
+    from vllm_omni.edge.builders.rknn.build import died_how
 
     assert died_how(-4) == "rknn-toolkit2 crashed (SIGILL); its build log says how far it got"
     assert "SIGKILL; out of memory?" in died_how(-9) and died_how(2) == "exit code 2"
@@ -85,9 +85,9 @@ def test_a_converter_killed_by_a_signal_is_named():
 def test_a_dynamic_graph_compiles_once_for_both_step_sizes_and_both_roles_name_it(small_decoder, tmp_path, monkeypatch):
     """--dynamic-input, without the toolkit: one build_engine call with a shape set per step size, one .rknn
     that the plan's first and main roles both name, each with its own B."""
-    from vllm_omni.edge.backends.rknn import EngineReport
-    from vllm_omni.edge.builders import rknn_convert
-    from vllm_omni.edge.builders.steps import export_checked_step
+    from vllm_omni.edge.backends.rknn.convert import EngineReport
+    from vllm_omni.edge.builders.onnx.steps import export_checked_step
+    from vllm_omni.edge.builders.rknn import convert as rknn_convert
     from vllm_omni.edge.plan import ExecPlan
 
     graph = export_checked_step(
@@ -142,9 +142,11 @@ def test_the_simulator_gate_judges_a_near_silent_decode_against_full_scale(
     """
     import numpy as np
 
-    from vllm_omni.edge.backends.onnx import export_step_onnx, graph_contract
-    from vllm_omni.edge.backends.onnxruntime import OnnxStepGraph
-    from vllm_omni.edge.builders import rknn_convert
+    from vllm_omni.edge.backends.onnx.export import export_step_onnx
+    from vllm_omni.edge.backends.onnx.graph import graph_contract
+    from vllm_omni.edge.backends.onnx.run import OnnxStepGraph
+    from vllm_omni.edge.builders.rknn import check as rknn_check
+    from vllm_omni.edge.builders.rknn import convert as rknn_convert
     from vllm_omni.edge.checkpoint import load_code2wav_decoder
 
     noise = {"rms": 0.0}
@@ -158,14 +160,14 @@ def test_the_simulator_gate_judges_a_near_silent_decode_against_full_scale(
             audio, cache = self.onnxruntime.run(codes, freqs, cache_valid, cache)
             return audio + (noise["rms"] * self.rng.standard_normal(audio.shape)).astype(np.float32), cache
 
-    monkeypatch.setattr(rknn_convert, "RknnSimulatorStepRunner", NoisySimulator)
-    monkeypatch.setattr(rknn_convert, "analyse_accuracy", lambda *_: {})
+    monkeypatch.setattr(rknn_check, "RknnSimulatorStepRunner", NoisySimulator)
+    monkeypatch.setattr(rknn_check, "analyse_accuracy", lambda *_: {})
     request = rknn_convert.ConvertRequest(output=tmp_path / "x.rknn", check_steps=4)
 
     def check(decoder, name: str, rms: float) -> dict:
         graph = export_step_onnx(decoder, 4, tmp_path / f"{name}.onnx")
         noise["rms"] = rms
-        return rknn_convert.simulator_check(
+        return rknn_check.simulator_check(
             request, {"main": graph}, {"main": graph_contract(graph)}, {"main": None}, decoder
         )
 

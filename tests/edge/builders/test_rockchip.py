@@ -98,7 +98,7 @@ def test_two_step_sizes_in_one_rknn_sharing_a_cache_pass_the_simulator_check(com
 def test_the_build_keeps_every_op_on_the_npu_but_the_allowed_ones_and_prints_no_lowering_line(compiled):
     """Issue 28: the toolkit's op placement in the report and the plan; librknnc's ``No lowering found`` lines
     (an Einsum on the CPU, from the V selection of the split K/V attention) gone from the terminal and the log."""
-    from vllm_omni.edge.backends.rknn import expected_cpu_ops
+    from vllm_omni.edge.backends.rknn.convert import expected_cpu_ops
     from vllm_omni.edge.plan import ExecPlan
 
     out, result = compiled
@@ -121,7 +121,7 @@ def test_the_build_keeps_every_op_on_the_npu_but_the_allowed_ones_and_prints_no_
 def test_the_plan_summary_shows_the_op_placement_of_the_shared_rknn(compiled):
     """One ``placement`` line for the .rknn both steps share, its counts those of the plan's build.placement;
     `edge build` prints it."""
-    from vllm_omni.edge.backends.rknn import expected_cpu_ops
+    from vllm_omni.edge.backends.rknn.convert import expected_cpu_ops
     from vllm_omni.edge.plan import ExecPlan
 
     out, result = compiled

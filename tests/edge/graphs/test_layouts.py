@@ -60,7 +60,7 @@ def test_an_option_a_layout_does_not_take_is_refused_naming_the_layouts_that_do(
 
 
 def test_the_onnx_export_refuses_a_layout_of_another_exporter(small_decoder, tmp_path):
-    from vllm_omni.edge.backends.onnx import export_step_onnx
+    from vllm_omni.edge.backends.onnx.export import export_step_onnx
 
     with pytest.raises(EdgeExportError, match="xnnpack_whole layout is exported by executorch, not to ONNX"):
         export_step_onnx(small_decoder, 4, tmp_path / "phone.onnx", form="npu", graph_layout=PHONE_LAYOUT)

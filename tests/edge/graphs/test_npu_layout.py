@@ -40,7 +40,8 @@ def test_one_step_gives_the_same_cache_as_the_cpu_step(small_decoder):
 def test_the_npu_graph_is_static_records_its_layout_and_has_no_dilated_conv(small_decoder, tmp_path):
     import onnx
 
-    from vllm_omni.edge.backends.onnx import export_step_onnx, graph_layout, op_report
+    from vllm_omni.edge.backends.onnx.export import export_step_onnx
+    from vllm_omni.edge.backends.onnx.graph import graph_layout, op_report
 
     npu = export_step_onnx(small_decoder, 4, tmp_path / "npu.onnx", graph_layout=NPU_LAYOUT)
     cpu = export_step_onnx(small_decoder, 4, tmp_path / "cpu.onnx")
@@ -74,8 +75,9 @@ def test_a_step_in_passes_gives_the_single_pass_audio_and_cache(small_decoder, p
 
 
 def test_a_graph_in_passes_records_them_and_equals_the_full_decode(small_decoder, tmp_path):
-    from vllm_omni.edge.backends.onnx import export_step_onnx, graph_contract, graph_pass_frames
-    from vllm_omni.edge.builders.steps import check_step_graph
+    from vllm_omni.edge.backends.onnx.export import export_step_onnx
+    from vllm_omni.edge.backends.onnx.graph import graph_contract, graph_pass_frames
+    from vllm_omni.edge.builders.onnx.steps import check_step_graph
     from vllm_omni.edge.errors import EdgeExportError
 
     path = export_step_onnx(small_decoder, 8, tmp_path / "passes.onnx", graph_layout=NPU_LAYOUT, pass_frames=4)
@@ -94,8 +96,9 @@ def test_the_dynamic_npu_graph_runs_each_step_size_like_the_static_graphs(small_
     exact on a mixed first/main schedule, and equal per step size to the static graph of that size."""
     import onnx
 
-    from vllm_omni.edge.backends.onnx import export_step_onnx, graph_contract, op_report
-    from vllm_omni.edge.backends.onnxruntime import OnnxStepGraph, OnnxStepRunner
+    from vllm_omni.edge.backends.onnx.export import export_step_onnx
+    from vllm_omni.edge.backends.onnx.graph import graph_contract, op_report
+    from vllm_omni.edge.backends.onnx.run import OnnxStepGraph, OnnxStepRunner
 
     path = export_step_onnx(small_decoder, 4, tmp_path / "dyn.onnx", form="npu_dynamic", graph_layout=NPU_LAYOUT)
     contract = graph_contract(path)
@@ -129,7 +132,7 @@ def test_the_dynamic_npu_graph_runs_each_step_size_like_the_static_graphs(small_
 
 
 def test_the_dynamic_form_needs_the_npu_layout(small_decoder, tmp_path):
-    from vllm_omni.edge.backends.onnx import export_step_onnx
+    from vllm_omni.edge.backends.onnx.export import export_step_onnx
     from vllm_omni.edge.errors import EdgeExportError
 
     with pytest.raises(EdgeExportError, match="npu_dynamic form takes the layouts time_on_height, not 'time_on_width'"):
@@ -153,7 +156,7 @@ def test_each_selection_constant_of_the_npu_graphs_has_one_matmul_reader(small_d
 
     import onnx
 
-    from vllm_omni.edge.backends.onnx import export_step_onnx
+    from vllm_omni.edge.backends.onnx.export import export_step_onnx
 
     layers = small_decoder.config.num_hidden_layers
     for form in ("npu", "npu_dynamic"):

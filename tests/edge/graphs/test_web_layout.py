@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_omni.edge.backends.onnx import export_step_onnx, graph_contract, shape_nodes
-from vllm_omni.edge.builders.steps import EXACT_SNR_DB, check_step_graph
+from vllm_omni.edge.backends.onnx.export import export_step_onnx
+from vllm_omni.edge.backends.onnx.graph import graph_contract, shape_nodes
+from vllm_omni.edge.builders.onnx.steps import check_step_graph
+from vllm_omni.edge.builders.steps import EXACT_SNR_DB
 from vllm_omni.edge.graphs.layouts import WEB_LAYOUT
 from vllm_omni.edge.graphs.web_layout import cos_pi, reduce_half_turns, sin_pi, snake_beta_polynomial
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import SnakeBeta
@@ -65,7 +67,7 @@ def test_a_graphs_metadata_is_read_without_parsing_the_graph(web_graph):
     """What the start-up's formulation check reads: the same key/values as onnx's full load, none of the weights."""
     import onnx
 
-    from vllm_omni.edge.backends.onnx import graph_layout, graph_metadata
+    from vllm_omni.edge.backends.onnx.graph import graph_layout, graph_metadata
 
     model = onnx.load(str(web_graph), load_external_data=False)
     assert graph_metadata(web_graph) == {prop.key: prop.value for prop in model.metadata_props}

@@ -51,9 +51,9 @@ def test_builtin_classes_say_what_they_decode_with():
     # Builders by name (vllm_omni.edge.builders.registry resolves them; tests/edge/builders/test_registry.py).
     assert [(kind, phone.builder_for(kind)) for kind in phone.graph_kinds] == [
         ("windowed", "windowed"),
-        ("stateful", "executorch_steps"),
+        ("stateful", "executorch"),
     ]
-    assert (rockchip.builder_for(), cpu.builder_for()) == ("rknn", "onnx_steps")
+    assert (rockchip.builder_for(), cpu.builder_for()) == ("rknn", "onnx")
     with pytest.raises(EdgeError, match="class 'rockchip_npu' builds stateful graphs, not 'windowed'"):
         rockchip.builder_for("windowed")
 
@@ -73,7 +73,7 @@ def test_a_class_from_another_package_registers_through_the_entry_point_group(tm
         (
             "from vllm_omni.edge.hardware import HardwareClass\n"
             "TV_BOX = HardwareClass(name='tv_box', description='a TV box CPU', graph_kind='stateful',\n"
-            "    backend='onnxruntime', dtype='fp32', builder='onnx_steps',\n"
+            "    backend='onnxruntime', dtype='fp32', builder='onnx',\n"
             "    defaults={'first_step_frames': 0, 'step_frames': 8})\n"
         ),
         ENTRY_POINT_GROUP,
@@ -82,7 +82,7 @@ def test_a_class_from_another_package_registers_through_the_entry_point_group(tm
     hardware_classes.cache_clear()
     try:
         record = get_hardware_class("tv_box")
-        assert record.defaults["step_frames"] == 8 and record.builder_for() == "onnx_steps"
+        assert record.defaults["step_frames"] == 8 and record.builder_for() == "onnx"
     finally:
         sys.modules.pop("edge_plugin_demo", None)
         monkeypatch.undo()

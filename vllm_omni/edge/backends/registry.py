@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import cache
-from importlib import metadata
+from typing import Any
 
-from ..entry_points import load_plugin, plugin_entry_points
+from ..entry_points import PluginGroup
 from .interface import Backend, BackendUnavailableError, ProgramWriter, graph_kinds
 
 logger = logging.getLogger(__name__)
@@ -28,25 +28,25 @@ ENTRY_POINT_GROUP = "vllm_omni.edge.backends"
 
 
 def _torch_export() -> Backend:
-    from .torch_export import BACKEND
+    from .torch_export.run import BACKEND
 
     return BACKEND
 
 
 def _executorch() -> Backend:
-    from .executorch import BACKEND
+    from .executorch.run import BACKEND
 
     return BACKEND
 
 
 def _onnxruntime() -> type[Backend]:
-    from .onnxruntime import OnnxRuntimeBackend
+    from .onnx.run import OnnxRuntimeBackend
 
     return OnnxRuntimeBackend
 
 
 def _rknn() -> type[Backend]:
-    from .rknn_runtime import RknnBackend
+    from .rknn.run import RknnBackend
 
     return RknnBackend
 
@@ -60,14 +60,21 @@ BUILTIN_BACKENDS: dict[str, Callable[[], Backend | type[Backend]]] = {
 }
 
 
-def _entry_point_backends() -> dict[str, metadata.EntryPoint]:
-    return plugin_entry_points(ENTRY_POINT_GROUP, BUILTIN_BACKENDS, "backend")
+def _backend(name: str, value: Any) -> Backend:
+    """A plugin's backend: its class instantiated without arguments, or the instance it gives."""
+    try:
+        return value() if isinstance(value, type) else value
+    except Exception as exc:  # a plugin's constructor may fail in any way; say which one
+        raise BackendUnavailableError(f"backend plugin {name!r} failed to start: {exc}") from exc
+
+
+PLUGINS = PluginGroup(ENTRY_POINT_GROUP, BUILTIN_BACKENDS, "backend", BackendUnavailableError, _backend)
 
 
 @cache
 def backend_names() -> tuple[str, ...]:
     """Every known backend: the built-in ones, then those registered by entry points."""
-    return (*BUILTIN_BACKENDS, *_entry_point_backends())
+    return PLUGINS.names()
 
 
 @cache
@@ -78,9 +85,8 @@ def get_backend(name: str) -> Backend:
     """
     if name in BUILTIN_BACKENDS:
         value = BUILTIN_BACKENDS[name]()
-    else:
-        value = load_plugin(_entry_point_backends(), name, "backend", backend_names(), BackendUnavailableError)
-    return value() if isinstance(value, type) else value
+        return value() if isinstance(value, type) else value
+    return PLUGINS.load(name)
 
 
 def program_writer(name: str, partitioner: str | None = None) -> ProgramWriter:
@@ -93,5 +99,6 @@ def program_writer(name: str, partitioner: str | None = None) -> ProgramWriter:
 
 
 def windowed_backend_names() -> list[str]:
-    """The backends that export windowed programs (``--backend`` of the windowed export)."""
-    return [name for name in backend_names() if "windowed" in graph_kinds(get_backend(name))]
+    """The backends that export windowed programs (``--backend`` of the windowed export); a broken plugin is skipped."""
+    backends = {**{name: get_backend(name) for name in BUILTIN_BACKENDS}, **PLUGINS.load_all()}
+    return [name for name, backend in backends.items() if "windowed" in graph_kinds(backend)]

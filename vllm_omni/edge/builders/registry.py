@@ -5,13 +5,14 @@ already in ``out_dir`` whose recorded sha256 still matches (and was built from t
 kept and checked again instead of rebuilt. The plan is written last, and only after it validates
 against the files.
 
-- ``windowed``: :func:`.plans.build_windowed`, ExecuTorch (or ``.pt2``) windowed programs via :mod:`.windowed`;
-- ``onnx_steps``: :func:`.plans.build_onnx_steps`, stateful ONNX step graphs, each checked in onnxruntime
-  against the full decode;
-- ``executorch_steps``: :func:`.executorch_steps.build_executorch_steps`, the stateful step as one
-  multi-method ExecuTorch program (``npu_phone --graph stateful``), checked in the ExecuTorch runtime;
-- ``rknn``: :func:`.rockchip.build_rknn`, the same ONNX steps compiled to fp16 ``.rknn`` and checked in
-  the rknn-toolkit2 simulator in the converter venv.
+A built-in builder's name is its module's, and each is that module's ``build``:
+
+- ``windowed`` (:mod:`.windowed`): windowed programs, ExecuTorch ``.pte`` or torch.export ``.pt2``;
+- ``onnx`` (:mod:`.onnx`): stateful ONNX step graphs, each checked in onnxruntime against the full decode;
+- ``executorch`` (:mod:`.executorch`): the stateful step as one multi-method ExecuTorch program
+  (``npu_phone --graph stateful``), checked in the ExecuTorch runtime;
+- ``rknn`` (:mod:`.rknn`): the same ONNX steps compiled to fp16 ``.rknn`` and checked in the rknn-toolkit2
+  simulator, in the converter venv.
 
 The hardware registry holds these names only, so the dependency points down: this module imports the
 hardware classes and the builders, the hardware layer imports neither. Other packages add builders
@@ -23,18 +24,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from importlib import metadata
+from typing import Any
 
-from ..entry_points import load_plugin, plugin_entry_points
+from ..entry_points import PluginGroup
 from ..errors import EdgeExportError
 from ..graphs.window_contract import check_ramp
 from ..hardware.registry import HardwareClass
 from ..plan.model import ExecPlan
-from .executorch_steps import build_executorch_steps
-from .plans import build_onnx_steps, build_windowed
+from . import windowed
+from .executorch import build as executorch
+from .onnx import build as onnx
 from .plans import stale_formulation as stale_formulation  # the start-up hand-off asks it here (its one import)
 from .request import BuildArgumentError, BuildRequest, check_out_dir, class_default
-from .rockchip import build_rknn
+from .rknn import build as rknn
 
 logger = logging.getLogger(__name__)
 
@@ -42,10 +44,10 @@ ENTRY_POINT_GROUP = "vllm_omni.edge.builders"
 
 Builder = Callable[[HardwareClass, BuildRequest], ExecPlan]
 BUILTIN_BUILDERS: dict[str, Builder] = {
-    "windowed": build_windowed,
-    "onnx_steps": build_onnx_steps,
-    "executorch_steps": build_executorch_steps,
-    "rknn": build_rknn,
+    "windowed": windowed.build,
+    "onnx": onnx.build,
+    "executorch": executorch.build,
+    "rknn": rknn.build,
 }
 
 
@@ -53,23 +55,23 @@ class UnknownBuilderError(EdgeExportError):
     """A builder name that is neither built in nor registered by an entry point; the message lists the known ones."""
 
 
-def _entry_point_builders() -> dict[str, metadata.EntryPoint]:
-    return plugin_entry_points(ENTRY_POINT_GROUP, BUILTIN_BUILDERS, "builder")
+def _builder(name: str, value: Any) -> Builder:
+    if not callable(value):
+        raise UnknownBuilderError(f"builder plugin {name!r} gave {type(value).__name__}, not a callable")
+    return value
+
+
+PLUGINS = PluginGroup(ENTRY_POINT_GROUP, BUILTIN_BUILDERS, "builder", UnknownBuilderError, _builder)
 
 
 def builder_names() -> tuple[str, ...]:
     """Every known builder: the built-in ones, then those registered by entry points."""
-    return (*BUILTIN_BUILDERS, *_entry_point_builders())
+    return PLUGINS.names()
 
 
 def get_builder(name: str) -> Builder:
     """The builder called ``name``; raises :class:`UnknownBuilderError` naming the known ones."""
-    if name in BUILTIN_BUILDERS:
-        return BUILTIN_BUILDERS[name]
-    builder = load_plugin(_entry_point_builders(), name, "builder", builder_names(), UnknownBuilderError)
-    if not callable(builder):
-        raise UnknownBuilderError(f"builder plugin {name!r} gave {type(builder).__name__}, not a callable")
-    return builder
+    return BUILTIN_BUILDERS[name] if name in BUILTIN_BUILDERS else PLUGINS.load(name)
 
 
 def build(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:

@@ -28,15 +28,19 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMP
 from ..audio import snr_db
 from ..backends.interface import ProgramWriter
 from ..backends.registry import get_backend, program_writer
-from ..backends.torch_export import quiet_torch_export
+from ..backends.torch_export.export import quiet_torch_export
 from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, model_label, resolve_speech_tokenizer
 from ..errors import EdgeExportError
 from ..files import file_sha256, json_schema_of, read_bounded, remove_partial_files
 from ..geometry import CodecGeometry
 from ..graphs.window_contract import INPUT_NAME, OUTPUT_NAME, Window, check_ramp, window_schedule
 from ..graphs.windowed import WindowedCode2Wav
+from ..hardware.registry import HardwareClass
+from ..plan.construct import windowed_plan
 from ..plan.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, ProgramEntry, TensorSpec, WindowedManifest
-from .request import check_out_dir
+from ..plan.model import ExecPlan
+from .plans import write_and_load
+from .request import BuildRequest, check_out_dir, class_default
 from .state import BuildState, tool_versions
 
 logger = logging.getLogger(__name__)
@@ -365,3 +369,23 @@ def export_summary(manifest: WindowedManifest) -> str:
             f"{entry.export_seconds:.1f} | {diff}"
         )
     return "\n".join(lines)
+
+
+def build(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
+    manifest = export_windowed_programs(
+        WindowedExportRequest(
+            model=request.model,
+            out_dir=request.out_dir,
+            ramp=tuple(class_default(request.ramp, hardware_class, "ramp")),
+            context_frames=class_default(request.context_frames, hardware_class, "context_frames"),
+            backend=hardware_class.backend,
+            partitioner=class_default(request.partitioner, hardware_class, "partitioner"),
+            dtype=hardware_class.dtype,
+            check=request.check,
+            force=request.force,
+            one_program=bool(class_default(None, hardware_class, "one_program")),
+        ),
+        progress=request.progress,
+    )
+    plan = windowed_plan(manifest, hardware_class=hardware_class.name, device_dir=request.device_dir)
+    return write_and_load(plan, request)

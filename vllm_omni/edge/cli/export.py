@@ -18,7 +18,7 @@ from .types import add_checkpoint_argument
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..backends.executorch import PARTITIONERS
+    from ..backends.executorch.export import PARTITIONERS
     from ..backends.registry import windowed_backend_names
 
     parser = argparse.ArgumentParser(

@@ -2,7 +2,7 @@
 
 ``python tools/rknn/prepare_qwen3_tts_rknn_vocoder.py`` is the same command under the name Rockchip
 users know (a thin script that calls :func:`main`). The library is
-:mod:`vllm_omni.edge.builders.rknn_convert`. Exit codes: 0 done, 1 a failed stage, 2 bad arguments,
+:mod:`vllm_omni.edge.builders.rknn.convert`. Exit codes: 0 done, 1 a failed stage, 2 bad arguments,
 4 the simulator check missed the bar, 5 REGTASK register-overflow warnings (without
 ``--allow-register-overflow``), 6 ops off the NPU that the allow-list does not name or that have no
 lowering (without ``--allow-cpu-ops``). ``--outcome-json FILE`` also writes the outcome as JSON
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..backends.rknn import TARGETS
+from ..backends.rknn.convert import TARGETS
 from ..errors import EdgeError
 from ..graphs.layouts import GRAPH_LAYOUTS, NPU_LAYOUT, layouts_for
 from ..plan.model import DEFAULT_DEVICE_DIR, session_option
@@ -86,14 +86,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Run the converter; ``prog`` is the name usage lines show (the module or the ``tools/rknn`` script)."""
     args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
-    from ..builders.rknn_convert import (
-        ConvertRequest,
-        ConvertUsageError,
-        CpuOpsError,
-        RegisterOverflowError,
-        SimulatorCheckError,
-        run,
-    )
+    from ..builders.rknn.convert import ConvertRequest, run
+    from ..builders.rknn.errors import ConvertUsageError, CpuOpsError, RegisterOverflowError, SimulatorCheckError
 
     options = {key: value for key, value in vars(args).items() if key != "outcome_json"}
     outcome: dict[str, Any] = {"status": "ok", "error": None, "plan": None, "report": None}

@@ -63,10 +63,10 @@ def _webgpu() -> type[Code2WavStep]:
 class GraphLayout:
     """One formulation of the step graph and what it can be asked for.
 
-    ``exporter``: the export that traces it (``onnx``: :func:`vllm_omni.edge.backends.onnx.export_step_onnx`;
+    ``exporter``: the export that traces it (``onnx``: :func:`vllm_omni.edge.backends.onnx.export.export_step_onnx`;
     ``executorch``: the phone step program). ``dynamic``: it traces at a symbolic B (one graph for several
     step sizes). ``passes``: it decodes a step in passes of fewer frames (``pass_frames``). ``forms``: the ONNX
-    step forms it is exported in (:data:`vllm_omni.edge.backends.onnx.STEP_FORMS`; none for ExecuTorch).
+    step forms it is exported in (:data:`vllm_omni.edge.backends.onnx.export.STEP_FORMS`; none for ExecuTorch).
     """
 
     name: str

@@ -6,20 +6,18 @@ backend one in :mod:`vllm_omni.edge.backends.registry`, the builder one in
 :mod:`vllm_omni.edge.builders.registry`, which the layers above resolve; this layer is data only and
 imports nothing above it, so listing classes needs no toolchain. Built-in classes are below; other
 packages add classes through the ``vllm_omni.edge.hardware_classes`` entry-point group, each entry
-point resolving to a :class:`HardwareClass` (or a zero-argument callable returning one).
+point resolving to a :class:`HardwareClass` of the entry point's name (or a zero-argument callable returning one);
+loading and the failure policy are :mod:`..entry_points`' (one for every registry).
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import metadata
 from typing import Any
 
+from ..entry_points import PluginGroup
 from ..errors import EdgeError
-
-logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "vllm_omni.edge.hardware_classes"
 ROCKCHIP_TARGETS = ("rk3588", "rk3576", "rk3562", "rk3566", "rk3568")
@@ -41,7 +39,8 @@ class HardwareClass:
     graph_kind: str  # "windowed" | "stateful"
     backend: str  # a name in vllm_omni.edge.backends.registry (built in: executorch, rknn, onnxruntime, torch_export)
     dtype: str
-    # A name in vllm_omni.edge.builders.registry (built in: windowed, onnx_steps, executorch_steps, rknn), whose
+    # A name in vllm_omni.edge.builders.registry (built in: windowed, onnx, executorch, rknn, each the name of the
+    # vllm_omni.edge.builders module that builds it), whose
     # builder is called as builder(hardware_class, request).
     builder: str
     defaults: dict[str, Any] = field(default_factory=dict)
@@ -69,16 +68,13 @@ class HardwareClass:
         return self.builder if kind == self.graph_kind else self.other_graphs[kind]
 
 
-# Measured at the released geometry with random weights, XNNPACK on this 2-core x86 host
-# (benchmarks/bench_phone.py; docs/windowed_programs.md has the table).
+# What each graph kind gives up or keeps, as `hardware list` shows it. Measured numbers live in the benchmarks'
+# output and their docs (docs/windowed_programs.md#phones-windowed-or-stateful: `python -m benchmarks.bench_phone`).
 PHONE_GRAPH_NOTES = {
-    "windowed": "exact only while the stream fits the 72-frame context (5.76 s): 28.3 dB vs the full decode on a "
-    "20 s stream; recomputes the context every chunk (37x the minimum compute at chunk 2, 3.9x at 25); windows.pte "
-    "1.00x the weights",
-    "stateful": "exact at any length (104.9 dB vs the full decode on a 20 s stream, in ExecuTorch); the whole step in "
-    "XNNPACK (100% of the FLOPs, 0.02% of the step's time outside); RTF 0.21 on 2 threads, 0.72x the onnxruntime "
-    "step (released geometry, this 2-core host); decoder RSS 1.3x the weights (one packed copy); steps.pte 1.00x the "
-    "weights",
+    "windowed": "exact only while the stream fits the context window (context_frames); recomputes the context every "
+    "chunk; one windows.pte holding the weights once",
+    "stateful": "exact at any length, each frame computed once; the whole step in XNNPACK, one packed copy of the "
+    "weights; one steps.pte holding the weights once (measured: docs/windowed_programs.md)",
 }
 
 BUILTIN_CLASSES = (
@@ -100,7 +96,7 @@ BUILTIN_CLASSES = (
             "step_frames": 16,
         },
         variants={"xnnpack": "always", "coreml": "macOS with coremltools"},
-        other_graphs={"stateful": "executorch_steps"},
+        other_graphs={"stateful": "executorch"},
         graph_notes=PHONE_GRAPH_NOTES,
     ),
     HardwareClass(
@@ -123,7 +119,7 @@ BUILTIN_CLASSES = (
         graph_kind="stateful",
         backend="onnxruntime",
         dtype="fp32",
-        builder="onnx_steps",
+        builder="onnx",
         defaults={"first_step_frames": 2, "step_frames": 16},
     ),
     HardwareClass(
@@ -133,7 +129,7 @@ BUILTIN_CLASSES = (
         graph_kind="stateful",
         backend="onnxruntime",
         dtype="fp32",
-        builder="onnx_steps",
+        builder="onnx",
         defaults={"first_step_frames": 2, "step_frames": 16},
     ),
     HardwareClass(
@@ -145,7 +141,7 @@ BUILTIN_CLASSES = (
         graph_kind="stateful",
         backend="onnxruntime",
         dtype="fp32",
-        builder="onnx_steps",
+        builder="onnx",
         # external_data: the weights in a file beside the graph, which onnxruntime-web takes without parsing them out
         # of the graph (on WebGPU straight to GPU buffers): the page's peak memory stays near the weights
         defaults={"first_step_frames": 2, "step_frames": 16, "graph_layout": "webgpu", "external_data": True},
@@ -153,36 +149,43 @@ BUILTIN_CLASSES = (
 )
 
 
-def _entry_point_classes() -> list[HardwareClass]:
-    found = []
-    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            value = entry_point.load()
-            record = value() if callable(value) and not isinstance(value, HardwareClass) else value
-        except Exception as exc:  # a broken plugin must not take the built-in classes down with it
-            logger.warning("hardware class plugin %r failed to load: %s", entry_point.name, exc)
-            continue
-        if not isinstance(record, HardwareClass):
-            logger.warning("hardware class plugin %r gave %s, not a HardwareClass", entry_point.name, type(record))
-            continue
-        found.append(record)
-    return found
+def _hardware_class(name: str, value: Any) -> HardwareClass:
+    """A plugin's class: the :class:`HardwareClass` it names (or a zero-argument callable returns), named as its
+    entry point is."""
+    try:
+        record = value() if callable(value) and not isinstance(value, HardwareClass) else value
+    except Exception as exc:  # a plugin's factory may fail in any way; say which one
+        raise UnknownHardwareClassError(f"hardware class plugin {name!r} failed to load: {exc}") from exc
+    if not isinstance(record, HardwareClass):
+        raise UnknownHardwareClassError(
+            f"hardware class plugin {name!r} gave {type(record).__name__}, not a HardwareClass"
+        )
+    if record.name != name:
+        raise UnknownHardwareClassError(
+            f"hardware class plugin {name!r} gave a class named {record.name!r}: name the entry point as its class"
+        )
+    return record
+
+
+PLUGINS = PluginGroup(
+    ENTRY_POINT_GROUP,
+    [record.name for record in BUILTIN_CLASSES],
+    "hardware class",
+    UnknownHardwareClassError,
+    _hardware_class,
+)
 
 
 @cache
 def hardware_classes() -> dict[str, HardwareClass]:
-    """Every known class by name: the built-in ones, then those registered by entry points."""
-    classes = {record.name: record for record in BUILTIN_CLASSES}
-    for record in _entry_point_classes():
-        if record.name in classes:
-            logger.warning("hardware class plugin %r is shadowed by an existing class of that name", record.name)
-            continue
-        classes[record.name] = record
-    return classes
+    """Every known class by name: the built-in ones, then those registered by entry points (a broken one skipped)."""
+    return {**{record.name: record for record in BUILTIN_CLASSES}, **PLUGINS.load_all()}
 
 
 def get_hardware_class(name: str) -> HardwareClass:
-    classes = hardware_classes()
-    if name not in classes:
-        raise UnknownHardwareClassError(f"unknown hardware class {name!r}; known: {', '.join(classes)}")
-    return classes[name]
+    """The class called ``name``; raises :class:`UnknownHardwareClassError` naming the known ones, or the plugin
+    of that name that failed to load."""
+    for record in BUILTIN_CLASSES:
+        if record.name == name:
+            return record
+    return PLUGINS.load(name)

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import EdgeError
-
-
-class InvalidFramesError(EdgeError, ValueError):
-    """Frames handed to a decoder do not fit its contract; the stream state is unchanged."""
+from ..errors import InvalidFramesError
 
 
 def check_frames(frames: np.ndarray, num_quantizers: int, codebook_size: int, position: int = 0) -> np.ndarray:

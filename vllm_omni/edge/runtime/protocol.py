@@ -15,7 +15,7 @@ class StreamDecoder(Protocol):
 
     - ``feed(frames)``: frame-major integer codes ``[T, num_quantizers]`` in; the PCM now decodable
       out (``float32[samples]`` at ``codec.sample_rate``, maybe empty). Invalid frames raise
-      :class:`~.frames.InvalidFramesError` and leave the stream unchanged.
+      :class:`~vllm_omni.edge.errors.InvalidFramesError` and leave the stream unchanged.
     - ``flush()``: end the stream, return the audio of the frames still pending, start a new one.
     - ``reset()``: forget the stream (state and pending frames) without decoding anything.
     """

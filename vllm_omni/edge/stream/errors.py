@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..errors import EdgeError
+from ..errors import InvalidFramesError as InvalidFramesError  # frames no message can carry: the edge's one class
 
 
 class CodecStreamError(EdgeError):
@@ -47,7 +48,3 @@ class FramesAfterEndError(CodecStreamError):
 
 class TruncatedStreamError(CodecStreamError):
     """The byte stream ended inside a message, or before the done message."""
-
-
-class InvalidFramesError(CodecStreamError, ValueError):
-    """Frames handed to the encoder that no message can carry (shape, count, dtype, range)."""

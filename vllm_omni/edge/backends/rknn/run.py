@@ -27,11 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import EdgeError
-from ..graphs.step_contract import INPUT_NAMES, StepContract
-from ..plan.model import ExecPlan
-from ..plan.schema import ExecPlanError
-from .interface import LoadedWhileHeld, RunnerOptions
+from ...errors import EdgeError
+from ...graphs.step_contract import INPUT_NAMES, StepContract
+from ...plan.model import ExecPlan
+from ...plan.schema import ExecPlanError
+from ..interface import LoadedWhileHeld, RunnerOptions
 
 RKNN_RUNTIMES = ("auto", "board", "simulator")
 
@@ -117,7 +117,7 @@ class SimulatedModel:
     step sizes of ``contracts`` (several: one ``dynamic_input`` build, as the plan's shared ``.rknn``)."""
 
     def __init__(self, onnx_path: str | os.PathLike[str], contracts: list[StepContract], target: str):
-        from .rknn import build_engine
+        from .convert import build_engine
 
         self.path = Path(onnx_path)
         self._workdir = tempfile.TemporaryDirectory(prefix="rknn-sim-")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ..errors import EdgeExportError
+from ...errors import EdgeExportError
 
 AXIS_NAME = "qwen3_tts.cpu.axis2"  # the initializer both Unsqueeze and Squeeze read (opset >= 13)
 

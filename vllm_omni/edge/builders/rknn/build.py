@@ -1,10 +1,10 @@
-"""The ``rockchip_npu`` builder: ONNX step graphs here, their fp16 ``.rknn`` compile in the converter venv.
+"""The ``rknn`` builder (``rockchip_npu``): ONNX step graphs here, their fp16 ``.rknn`` compile in the converter venv.
 
 rknn-toolkit2 pins its own torch/numpy/onnx, so it lives in a venv of its own (``make setup-rknn``).
 This builder exports (or keeps) the ONNX steps in this process, then runs
 ``python -m vllm_omni.edge.cli.rknn_convert`` in the converter venv (the package must be installed
 there too), which compiles, checks in the simulator and writes the plan, and reports its outcome
-as JSON (:class:`~.rknn_convert.ConvertOutcome`) instead of an exit code.
+as JSON (``--outcome-json``: a status of :data:`~.errors.OUTCOME_REASONS`) instead of an exit code.
 
 By default (the class's ``one_step_graph``) one graph at a symbolic B is exported and compiled once
 with rknn-toolkit2's ``dynamic_input`` for the first and main step sizes: one ``.rknn``, one copy of
@@ -23,16 +23,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import EdgeError, EdgeExportError
-from ..graphs.layouts import NPU_LAYOUT
-from ..hardware.registry import HardwareClass
-from ..plan.model import ExecPlan
-from ..plan.schema import ExecPlanError
-from .request import BuildRequest
-from .rknn_convert import OUTCOME_REASONS
-from .steps import export_steps
+from ...errors import EdgeError, EdgeExportError
+from ...graphs.layouts import NPU_LAYOUT
+from ...hardware.registry import HardwareClass
+from ...plan.model import ExecPlan
+from ...plan.schema import ExecPlanError
+from ..onnx.steps import export_steps
+from ..request import BuildRequest
+from .errors import OUTCOME_REASONS
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 CONVERTER_PYTHON_ENV = "VLLM_OMNI_EDGE_RKNN_PYTHON"
 CONVERTER_MODULE = "vllm_omni.edge.cli.rknn_convert"
 # Steps longer than this decode in equal passes on these SoCs: rknn-toolkit2 2.5.0's compiler stops
@@ -61,7 +61,7 @@ def converter_python() -> str:
     )
 
 
-def build_rknn(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
+def build(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
     target = request.target or hardware_class.default_target
     if target not in hardware_class.targets:
         raise EdgeExportError(

@@ -23,26 +23,21 @@ import torch
 
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2Decoder
 
-from ..backends.executorch import (
-    STEP_CONTRACT_KEY,
-    ExecuTorchProgramWriter,
-    ExecuTorchStepRunner,
-    load_program,
-    profile_outside_time,
-    step_contract_of,
-)
-from ..backends.executorch_delegation import DelegationReport
-from ..backends.torch_export import quiet_torch_export
-from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, model_label, resolve_speech_tokenizer
-from ..errors import EdgeExportError
-from ..files import file_sha256, remove_partial_files
-from ..graphs.layouts import PHONE_LAYOUT, get_layout
-from ..hardware.registry import HardwareClass
-from ..plan.construct import StepArtifact, stateful_plan
-from ..plan.model import ExecPlan
-from .request import BuildRequest, class_default
-from .state import BuildState, tool_versions
-from .steps import check_frames_for, check_step_runners, step_sizes
+from ...backends.executorch.delegation import DelegationReport
+from ...backends.executorch.export import ExecuTorchProgramWriter
+from ...backends.executorch.program import STEP_CONTRACT_KEY
+from ...backends.executorch.run import ExecuTorchStepRunner, load_program, profile_outside_time, step_contract_of
+from ...backends.torch_export.export import quiet_torch_export
+from ...checkpoint import checkpoint_sha256, load_code2wav_decoder, model_label, resolve_speech_tokenizer
+from ...errors import EdgeExportError
+from ...files import file_sha256, remove_partial_files
+from ...graphs.layouts import PHONE_LAYOUT, get_layout
+from ...hardware.registry import HardwareClass
+from ...plan.construct import StepArtifact, stateful_plan
+from ...plan.model import ExecPlan
+from ..request import BuildRequest, class_default
+from ..state import BuildState, tool_versions
+from ..steps import check_frames_for, check_step_runners, step_sizes
 
 PROGRAM_NAME = "steps.pte"
 STATE_NAME = ".build-state.json"
@@ -120,9 +115,9 @@ def check_step_program(
     }
 
 
-def build_executorch_steps(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
+def build(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
     """Build (or keep) ``steps.pte``, check it in the ExecuTorch runtime, and write the stateful plan."""
-    from .plans import write_and_load
+    from ..plans import write_and_load
 
     sizes = step_sizes(hardware_class, request)
     if sizes.get("first") == sizes["main"]:  # a first step of the main size is the main step

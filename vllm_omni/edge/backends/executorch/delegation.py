@@ -2,7 +2,7 @@
 
 After lowering, every operator the partitioner did not take stays in the method's graph and runs
 on ExecuTorch's portable kernels (one thread, no SIMD packing). :func:`delegation_report` lists
-them by kind with their count and their share of the method's FLOPs; :func:`~.executorch.profile_outside_time`
+them by kind with their count and their share of the method's FLOPs; :func:`~.run.profile_outside_time`
 runs the written program in the runtime with its ETDump profiler; :meth:`DelegationReport.with_profile`
 adds each kind's share of the step's time.
 

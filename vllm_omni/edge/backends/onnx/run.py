@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import EdgeError
-from ..graphs.step_contract import INPUT_NAMES, OUTPUT_NAMES, StepContract
-from ..plan.model import ExecPlan
-from ..plan.schema import ExecPlanError
-from .interface import LoadedWhileHeld, RunnerOptions
-from .onnxruntime_cache import CPU, OptimizedModelCache, onnxruntime_module, session_options
+from ...errors import EdgeError
+from ...graphs.step_contract import INPUT_NAMES, OUTPUT_NAMES, StepContract
+from ...plan.model import ExecPlan
+from ...plan.schema import ExecPlanError
+from ..interface import LoadedWhileHeld, RunnerOptions
+from .session_cache import CPU, OptimizedModelCache, onnxruntime_module, session_options
 
 
 class OnnxStepGraph:

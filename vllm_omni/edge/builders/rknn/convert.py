@@ -1,11 +1,11 @@
-"""Compile the stateful step graph(s) to fp16 ``.rknn``, check them in the simulator, write the plan.
+"""The converter: compile the stateful step graph(s) to fp16 ``.rknn``, check them in the simulator, write the plan.
 
 Runs where rknn-toolkit2 is installed, the converter venv (``make setup-rknn``); its command line
 is :mod:`vllm_omni.edge.cli.rknn_convert`::
 
-    .venv-rknn/bin/python -m vllm_omni.edge.cli.rknn_convert --model-dir CKPT --codes-length 16 \
+    .venv-rknn/bin/python -m vllm_omni.edge.cli.rknn_convert --model-dir CKPT --codes-length 16 \\
         --first-codes-length 2 --dynamic-input --target rk3588 --output out/rknn/step_b2_b16.rknn
-    .venv-rknn/bin/python -m vllm_omni.edge.cli.rknn_convert --onnx step_b16.onnx \
+    .venv-rknn/bin/python -m vllm_omni.edge.cli.rknn_convert --onnx step_b16.onnx \\
         --output out/rknn/step_b16.rknn                      # compile an existing step graph alone
 
 ONNX only (either venv): ``--skip-rknn`` exports the checked ONNX step graph and stops,
@@ -24,17 +24,11 @@ limit`` line fails with :class:`RegisterOverflowError` unless ``--allow-register
 given (the ``rockchip_npu`` builder never gives it); the count is in the report and the plan.
 Likewise the op placement the toolkit prints (which ops run on the CPU, which have no lowering)
 goes into the report and the plan's ``build.placement``, and a build that places an op kind on
-the CPU that :data:`~vllm_omni.edge.backends.rknn.EXPECTED_CPU_OPS` does not name, or any op
+the CPU that :data:`~vllm_omni.edge.backends.rknn.convert.EXPECTED_CPU_OPS` does not name, or any op
 without a lowering, fails with :class:`CpuOpsError` unless ``--allow-cpu-ops`` is given (the
 ``rockchip_npu`` builder never gives it either).
 
-The simulator check streams ``--check-steps`` (default 20) steps from a zero cache through one
-shared cache, mixing the ``first`` graph (when there is one: the first step and every fifth) with
-``main``, and compares with onnxruntime on the same graphs and, when the checkpoint is at hand,
-with the full decode, step by step. The fp16 bar is 40 dB SNR against the full decode (against
-onnxruntime with ``--onnx`` alone), or a peak error at or below -40 dBFS for a near-silent
-checkpoint (:class:`~vllm_omni.edge.audio.ReferenceMatch`); missing it raises
-:class:`SimulatorCheckError` and keeps ``accuracy_analysis`` beside the output.
+The simulator check is :mod:`.check`'s, the plan :mod:`.plan`'s, the errors :mod:`.errors`'.
 """
 
 from __future__ import annotations
@@ -43,99 +37,30 @@ import json
 import logging
 import os
 import resource
-import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ..audio import match_reference, snr_db
-from ..backends.onnx import graph_contract, graph_formulation, op_report
-from ..backends.onnxruntime import OnnxStepGraph
-from ..backends.rknn import (
+from ...backends.onnx.graph import graph_contract, graph_formulation, op_report
+from ...backends.rknn.convert import (
     BuiltEngine,
     Placement,
-    RknnBuildError,
     build_engine,
-    expected_cpu_ops,
     require_toolkit,
     toolkit_version,
 )
-from ..backends.rknn_runtime import RknnSimulatorStepRunner, shape_sets
-from ..checkpoint import checkpoint_sha256, load_code2wav_decoder, model_label, resolve_speech_tokenizer
-from ..errors import EdgeError, EdgeExportError
-from ..graphs.layouts import NPU_LAYOUT, layouts_for
-from ..graphs.step_contract import StepContractError
-from ..plan.construct import StepArtifact, stateful_plan
-from ..plan.model import DEFAULT_DEVICE_DIR, ExecPlan
-from ..progress import progress_printer
-from ..runtime.stateful_decoder import rope_angles
-from .steps import check_step_graph, export_checked_step
+from ...backends.rknn.run import shape_sets
+from ...checkpoint import load_code2wav_decoder
+from ...graphs.layouts import NPU_LAYOUT, layouts_for
+from ...graphs.step_contract import StepContractError
+from ...plan.model import DEFAULT_DEVICE_DIR, ExecPlan
+from ..onnx.steps import check_step_graph, export_checked_step
+from .check import roles_by_graph, say, simulator_check
+from .errors import ConvertUsageError, CpuOpsError, RegisterOverflowError, SimulatorCheckError
+from .plan import dynamic_input_sizes, write_plan
 
 logger = logging.getLogger(__name__)
-
-SIMULATOR_BAR_DB = 40.0
-FIRST_STEP_EVERY = 5  # the check's schedule: a first-size step at step 0, 5, 10, ... (one shared cache)
-# What a failed conversion reports in its JSON outcome (``status``), and how the builder says it.
-OUTCOME_REASONS = {
-    "usage": "the converter refused its arguments",
-    "below_bar": "the simulator check missed its bar",
-    "failed": "a conversion stage failed",
-    "register_overflow": "the toolkit overflowed NPU register fields (REGTASK warnings)",
-    "cpu_ops": "the toolkit placed ops on the CPU that the allow-list does not name, or found no lowering for ops",
-}
-
-
-class ConvertUsageError(EdgeError):
-    """Arguments that cannot make a conversion (sizes, a missing checkpoint, an unwritable output)."""
-
-
-class RegisterOverflowError(EdgeExportError):
-    """The toolkit printed REGTASK bit-width warnings: a board may truncate those fields and play wrong audio."""
-
-    def __init__(self, counts: dict[str, int], report_path: Path):
-        self.counts, self.report_path = counts, report_path
-        found = ", ".join(f"{role}: {count:,}" for role, count in counts.items())
-        super().__init__(
-            f"REGTASK 'bit width of field value exceeds the limit' warnings: expected 0, found {found} "
-            f"(report: {report_path}). Export the graph with --graph-layout {NPU_LAYOUT} (the rockchip_npu "
-            "builder does), or pass --allow-register-overflow to keep a simulator-only artifact"
-        )
-
-
-class CpuOpsError(EdgeExportError):
-    """The toolkit placed op kinds off the NPU that ``EXPECTED_CPU_OPS`` does not name, or found no lowering.
-
-    ``unexpected``: per role, per op kind ``{"count", "nodes", "reason"}`` (an op without a lowering is
-    the kind ``"<op> (no lowering)"``); boards have aborted on such an op at run time.
-    """
-
-    def __init__(self, unexpected: dict[str, dict[str, dict]], target: str, report_path: Path):
-        self.unexpected, self.report_path = unexpected, report_path
-        found = "; ".join(
-            f"{role}: " + ", ".join(f"{op} x{entry['count']} ({', '.join(entry['nodes'][:3])}"
-                                    f"{', ...' if entry['count'] > 3 else ''})" for op, entry in sorted(kinds.items()))
-            for role, kinds in unexpected.items()
-        )  # fmt: skip
-        super().__init__(
-            f"ops off the NPU: expected only {', '.join(sorted(expected_cpu_ops(target)))} on the CPU for {target} "
-            f"and every op lowered, found {found} (report: {report_path}). A board may abort on them; pass "
-            "--allow-cpu-ops to keep a simulator-only artifact"
-        )
-
-
-class SimulatorCheckError(EdgeExportError):
-    """The simulator's audio missed the fp16 bar; the report and ``accuracy_analysis`` stay beside the output."""
-
-    def __init__(self, verdict: str, report_path: Path):
-        self.report_path = report_path
-        super().__init__(
-            f"{verdict} (report: {report_path}). The .rknn is not fit to ship: the report's accuracy_analysis "
-            "names the first layer whose fp16 output drifts"
-        )
 
 
 @dataclass(frozen=True)
@@ -170,9 +95,6 @@ class ConvertResult:
     plan_path: Path
     report_path: Path
     check: dict[str, Any]
-
-
-say = progress_printer("rknn")
 
 
 def onnx_paths(args: ConvertRequest) -> tuple[Path, Path | None]:
@@ -410,192 +332,7 @@ def describe_placement(placement: dict | None) -> str:
     return "op placement not read" if placement is None else Placement(**placement).describe()
 
 
-def dynamic_input_sizes(engines: dict[str, BuiltEngine], contracts: dict) -> dict[str, list[int]]:
-    """``{.rknn file name: [B, ...]}`` of each file compiled with ``dynamic_input`` (for the plan's build record)."""
-    sizes: dict[str, list[int]] = {}
-    for role, engine in engines.items():
-        if engine.report.shape_sets:
-            sizes.setdefault(Path(engine.report.path).name, []).append(contracts[role].step_frames)
-    return {name: sorted(frames) for name, frames in sizes.items()}
-
-
-def roles_by_graph(graphs: dict[str, Path]) -> dict[Path, list[str]]:
-    """The roles of each graph file, ``main`` before ``first`` (the converter compiles each file once)."""
-    roles: dict[Path, list[str]] = {}
-    for role, path in graphs.items():
-        roles.setdefault(path, []).append(role)
-    return roles
-
-
 def peak_rss_so_far_mb() -> int:
     """Peak resident memory of this process (and any toolkit child), in MB: Linux reports ``ru_maxrss`` in KiB."""
     usage = (resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     return round(max(usage) / 1024)
-
-
-def check_schedule(contracts: dict, steps: int) -> list[str]:
-    """The roles of the check's steps: ``first`` at step 0 and every :data:`FIRST_STEP_EVERY`-th, else ``main``."""
-    if "first" not in contracts:
-        return ["main"] * steps
-    return ["first" if index % FIRST_STEP_EVERY == 0 else "main" for index in range(steps)]
-
-
-def stream_steps(runners: dict, contracts: dict, codes: np.ndarray, schedule: list[str]) -> np.ndarray:
-    """Run ``schedule`` over ``codes`` ([frames, Q]) from a zero cache, one cache shared by all roles."""
-    main = contracts["main"]
-    inv_freq = np.asarray(main.rope_inv_freq, dtype=np.float32)
-    cache = np.zeros(main.cache_numel, dtype=np.float32)
-    position, pieces = 0, []
-    for role in schedule:
-        size = contracts[role].step_frames
-        block = np.ascontiguousarray(codes[position : position + size].T[None])
-        valid = np.array([min(position, main.kv_slots)], dtype=np.float32)
-        audio, cache = runners[role].run(block, rope_angles(position, size, inv_freq), valid, cache)
-        cache = np.asarray(cache, dtype=np.float32)
-        pieces.append(np.asarray(audio, dtype=np.float32).reshape(-1))
-        position += size
-    return np.concatenate(pieces)
-
-
-def simulator_check(args, graphs, contracts, engines, decoder) -> dict:
-    """Stream ``check_steps`` mixed first/main steps through the simulator; compare per step with the references."""
-    main = contracts["main"]
-    schedule = check_schedule(contracts, args.check_steps)
-    boundaries = [contracts[role].step_frames for role in schedule]
-    frames = sum(boundaries)
-    rng = np.random.default_rng(1234)
-    codes = rng.integers(0, main.codebook_size, size=(frames, main.num_quantizers), dtype=np.int64)
-
-    started = time.perf_counter()
-    simulated_runners = {
-        role: RknnSimulatorStepRunner(graphs[role], contracts[role], args.target, engine=engines[role])
-        for role in engines
-    }
-    simulated = stream_steps(simulated_runners, contracts, codes, schedule)
-    sim_seconds = time.perf_counter() - started
-    sessions = {path: OnnxStepGraph(path) for path in roles_by_graph(graphs)}  # a shared graph loads once
-    reference_ort = stream_steps(
-        {role: sessions[path].runner(contracts[role].step_frames) for role, path in graphs.items()},
-        contracts,
-        codes,
-        schedule,
-    )
-    reference, against = reference_ort, "onnxruntime"
-    result = {"frames": frames, "steps": boundaries, "simulator_seconds": round(sim_seconds, 2)}
-    result["snr_db_vs_onnxruntime"] = snr_db(reference_ort, simulated)
-    if decoder is not None:
-        import torch
-
-        with torch.inference_mode():
-            reference = decoder(torch.from_numpy(codes.T[None].copy()))[0, 0].numpy()
-        against = "full decode"
-        result["snr_db_vs_full_decode"] = snr_db(reference, simulated)
-        result["onnxruntime_snr_db_vs_full_decode"] = snr_db(reference, reference_ort)
-    per_step, start = [], 0
-    for size in boundaries:
-        span = slice(start * main.samples_per_frame, (start + size) * main.samples_per_frame)
-        per_step.append(round(snr_db(reference[span], simulated[span]), 1))
-        start += size
-    result["per_step_snr_db"] = per_step
-    result["min_step_snr_db"] = min(per_step)
-    result["mean_step_snr_db"] = round(float(np.mean(per_step)), 2)
-    result["output_rms"] = float(np.sqrt(np.mean(np.square(reference))))
-    overall = match_reference(reference, simulated, SIMULATOR_BAR_DB)
-    result["max_abs_diff"] = overall.max_abs
-    result["passed"] = overall.passed
-    result["verdict"] = (
-        f"simulator vs {against}: {overall.describe()} over {len(boundaries)} steps (per step SNR min "
-        f"{min(per_step):.1f} / mean {result['mean_step_snr_db']:.1f} dB; output RMS {result['output_rms']:.3g}); "
-        f"bar {overall.bar()}: {'passed' if overall.passed else 'MISSED'}"
-    )
-    say(result["verdict"])
-    say(f"per-step SNR dB: {per_step}")
-    if not result["passed"]:
-        result["accuracy_analysis"] = analyse_accuracy(args, engines[schedule[0]], simulated_runners[schedule[0]])
-    return result
-
-
-def analyse_accuracy(args, engine: BuiltEngine, runner) -> dict:
-    """Run ``accuracy_analysis`` on the first step's inputs; name the first layer whose cosine drops."""
-    out_dir = args.output.with_name(args.output.stem + ".accuracy")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = []
-    for index, array in enumerate(runner.step_inputs):
-        path = out_dir / f"input_{index}.npy"
-        np.save(path, array)
-        files.append(str(path))
-    try:
-        engine.accuracy_analysis(files, out_dir)
-    except RknnBuildError as exc:
-        return {"dir": str(out_dir), "error": str(exc)}
-    first_drift = None
-    table = out_dir / "error_analysis.txt"
-    if table.is_file():
-        for line in table.read_text(errors="replace").splitlines():
-            numbers = [float(tok) for tok in line.replace("|", " ").split() if _is_float(tok)]
-            if numbers and numbers[0] < 0.999:
-                first_drift = line.strip()
-                break
-    say(f"accuracy_analysis kept in {out_dir}; first layer whose cosine falls below 0.999: {first_drift}")
-    return {"dir": str(out_dir), "first_drifting_layer": first_drift}
-
-
-def _is_float(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
-
-
-def write_plan(args, graphs, contracts, engines, check, formulation: dict):
-    model = {"id": model_label(args.model_dir or args.onnx), "checkpoint_sha256": None}
-    if args.model_dir:
-        model["checkpoint_sha256"] = checkpoint_sha256(resolve_speech_tokenizer(args.model_dir))
-    verification = {
-        "runtime": "rknn-toolkit2 simulator",
-        "against": "full decode" if "snr_db_vs_full_decode" in check else "onnxruntime",
-        "snr_db": check.get("snr_db_vs_full_decode", check["snr_db_vs_onnxruntime"]),
-    }
-    if "max_abs_diff" in check:
-        verification["max_abs_diff"] = check["max_abs_diff"]
-    directory = args.output.parent
-    sources = {}
-    for path, roles in roles_by_graph(graphs).items():  # the plan directory is self-contained: its sources sit in it
-        source = directory / path.name
-        if path.resolve() != source.resolve():
-            say(f"copying {path} beside the plan (the simulator and CPU fallbacks compile from it)")
-            shutil.copyfile(path, source)
-        sources |= dict.fromkeys(roles, source)
-    plan = stateful_plan(
-        hardware_class="rockchip_npu",
-        backend="rknn",
-        dtype="fp16",
-        model=model,
-        directory=directory,
-        steps={
-            role: StepArtifact(
-                path=directory / Path(engine.report.path).name,
-                contract=contracts[role],
-                verification=verification,
-                source=sources[role],
-            )
-            for role, engine in engines.items()
-        },
-        target=args.target,
-        device_dir=args.device_dir,
-        build={
-            "tools": {"rknn-toolkit2": toolkit_version()},
-            "regtask_warnings": {role: engine.report.regtask_warnings for role, engine in engines.items()},
-            "register_overflow_allowed": args.allow_register_overflow,
-            "placement": {role: engine.report.placement for role, engine in engines.items()},
-            "cpu_ops_allowed": args.allow_cpu_ops,
-            **formulation,  # graph_layout and pass_frames per role
-            "dynamic_input": dynamic_input_sizes(engines, contracts),
-            "simulator_check": {
-                key: check[key]
-                for key in ("frames", "steps", "per_step_snr_db", "min_step_snr_db", "mean_step_snr_db", "verdict")
-            },
-        },
-    )
-    return plan, plan.write(directory)

@@ -31,9 +31,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import EdgeError
-from ..files import check_file, file_sha256, parse_json, read_bounded, write_json_atomically
-from ..integrity import cache_dir, remember, verified_sha256
+from ...errors import EdgeError
+from ...files import check_file, file_sha256, parse_json, read_bounded, write_json_atomically
+from ...integrity import cache_dir, remember, verified_sha256
 
 logger = logging.getLogger(__name__)
 

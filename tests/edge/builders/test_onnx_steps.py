@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from vllm_omni.edge.builders import steps
+from vllm_omni.edge.builders.onnx import steps as onnx_steps
 from vllm_omni.edge.checkpoint import load_code2wav_decoder
 from vllm_omni.edge.errors import EdgeExportError
 from vllm_omni.edge.plan.model import ExecPlan
@@ -13,14 +14,14 @@ from vllm_omni.edge.plan.model import ExecPlan
 def test_a_graph_that_fails_its_check_leaves_no_file_behind(small_decoder, tmp_path, monkeypatch):
     monkeypatch.setattr(steps, "EXACT_SNR_DB", 1e9)  # an impossible bar, in SNR and against full scale
     with pytest.raises(EdgeExportError, match="do not ship it"):
-        steps.export_checked_step(small_decoder, 2, tmp_path / "step.onnx")
+        onnx_steps.export_checked_step(small_decoder, 2, tmp_path / "step.onnx")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_checked_graph_reaches_its_path_and_reads_back_its_contract(small_decoder, tmp_path):
-    path = steps.export_checked_step(small_decoder, 2, tmp_path / "step_b2.onnx")
+    path = onnx_steps.export_checked_step(small_decoder, 2, tmp_path / "step_b2.onnx")
     assert path == tmp_path / "step_b2.onnx" and [p.name for p in tmp_path.iterdir()] == ["step_b2.onnx"]
-    assert steps.check_step_graph(small_decoder, path).snr_db >= steps.EXACT_SNR_DB
+    assert onnx_steps.check_step_graph(small_decoder, path).snr_db >= steps.EXACT_SNR_DB
 
 
 def test_a_correct_graph_of_a_near_silent_checkpoint_builds(near_silent_checkpoint, build_plan, edge_args, tmp_path):
