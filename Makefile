@@ -77,52 +77,52 @@ lint: setup
 	.venv/bin/lint-imports
 
 bench: setup
-	$(PY) benchmarks/bench_full_decode.py --out out/bench
-	$(PY) benchmarks/bench_stateful.py --out out/bench
-	$(PY) benchmarks/bench_windowed.py --out out/bench
-	$(PY) benchmarks/bench_codec_stream.py --out out/bench
-	$(PY) benchmarks/bench_client.py --out out/bench
+	$(PY) -m benchmarks.bench_full_decode --out out/bench
+	$(PY) -m benchmarks.bench_stateful --out out/bench
+	$(PY) -m benchmarks.bench_windowed --out out/bench
+	$(PY) -m benchmarks.bench_codec_stream --out out/bench
+	$(PY) -m benchmarks.bench_client --out out/bench
 
 # Parity with the official decoder at the released geometry over every length (T = 1, 7, 71, 72, 73, 150 and the
 # chunked decode of 400; the tests run the sweep at the small geometry, one stream across the window here).
 bench-parity: setup setup-oracle
-	$(PY) benchmarks/bench_parity.py --out out/bench
+	$(PY) -m benchmarks.bench_parity --out out/bench
 
 # The exact CPU decode against this machine's roofline, first audio, memory and disk (released geometry; plots).
 bench-stateful: setup
-	$(PY) benchmarks/bench_stateful.py --out out/bench
+	$(PY) -m benchmarks.bench_stateful --out out/bench
 
 # Talker frames/s at 1, 4, 8 and 16 concurrent requests vs the official talker, step profile, roofline, plot
 # (tiny and released 0.6B, random weights).
 bench-talker: setup setup-oracle setup-vllm
-	.venv-vllm/bin/python benchmarks/bench_talker.py --out out/bench
+	.venv-vllm/bin/python -m benchmarks.bench_talker --out out/bench
 
 # A loopback `vllm serve --omni` server: codec streams decoded on the client vs server-side PCM, 1/4/8 streams.
 bench-serve: setup-vllm
-	.venv-vllm/bin/python benchmarks/bench_serve.py --out out/bench
+	.venv-vllm/bin/python -m benchmarks.bench_serve --out out/bench
 
 # The same server under a bounded load (64 codec streams, 16 clients that leave, 4 WebSockets, an 8 MB and a
 # deeply nested body, /health polled): frames vs references, /health latency, drain, API-server RSS. Exit 1 on a miss.
 bench-serve-load: setup-vllm
-	.venv-vllm/bin/python benchmarks/bench_serve_load.py --out out/bench
+	.venv-vllm/bin/python -m benchmarks.bench_serve_load --out out/bench
 
 # Text written by a simulated LLM at 5/15/50 tokens/s into 1/4/8 sessions: one streamed talker request (WebSocket
 # text_mode stream) vs sentence segments vs the whole text posted at the end; first audio and speaker stalls on the
 # device. The plot needs matplotlib, which the main venv has.
 bench-text-stream: setup setup-vllm
-	.venv-vllm/bin/python benchmarks/bench_text_stream.py --out out/bench --sizes tiny
-	$(PY) benchmarks/bench_text_stream.py --out out/bench --plot-only
+	.venv-vllm/bin/python -m benchmarks.bench_text_stream --out out/bench --sizes tiny
+	$(PY) -m benchmarks.bench_text_stream --out out/bench --plot-only
 
 # Released-geometry RKNN builds (rk3588, rk3576; B=2+16, 64): REGTASK count, compile cost, 20-step simulator SNR.
 # Minutes and several GB per row: run it under the shared lock (flock /work/heavy.lock make bench-rknn).
 bench-rknn: setup setup-rknn
-	.venv-rknn/bin/python benchmarks/bench_rknn.py --out out/bench
+	.venv-rknn/bin/python -m benchmarks.bench_rknn --out out/bench
 
 # The browser class in headless Chromium (small, then released; random weights): plan load, first audio, WASM
 # RTF at 1/2/4 threads, the browser's memory, and the native onnxruntime step over the same frames.
 bench-browser: setup setup-vllm setup-web setup-browser
-	.venv-vllm/bin/python benchmarks/bench_browser.py --out out/bench_browser --geometry small
-	.venv-vllm/bin/python benchmarks/bench_browser.py --out out/bench_browser --geometry released
+	.venv-vllm/bin/python -m benchmarks.bench_browser --out out/bench_browser --geometry small
+	.venv-vllm/bin/python -m benchmarks.bench_browser --out out/bench_browser --geometry released
 
 clean:
 	rm -rf out .pytest_cache

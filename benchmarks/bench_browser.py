@@ -2,7 +2,7 @@
 decoder setting (WASM at 1/2/4 threads, WASM without the CPU arena or prepacking, WebGPU on SwiftShader), and the
 native onnxruntime step of the same plan (and of the CPU classes' plan: the layouts' cost) over the same frames.
 
-    .venv-vllm/bin/python benchmarks/bench_browser.py --geometry small|released [--out out/bench_browser]
+    .venv-vllm/bin/python -m benchmarks.bench_browser --geometry small|released [--out out/bench_browser]
         [--threads 1 2 4] [--native-threads 1 2] [--max-model-len 160] [--webgpu | --no-webgpu]
 
 RANDOM WEIGHTS: a checkpoint written by ``make_checkpoint --talker tiny`` (reused across runs) behind a loopback
@@ -37,8 +37,7 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
-import sys
+import shutil
 import threading
 import time
 import urllib.parse
@@ -46,8 +45,8 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
-from bench_serve import start_server
 
+from benchmarks.harness import BenchmarkError, ensure_checkpoint, number, run_cli, table, vllm_server, write_json
 from vllm_omni.testing.browser import open_headless_chromium
 
 KEY = "bench-key"
@@ -67,20 +66,11 @@ FRAMES_PER_MESSAGE = 4
 TEXT, VOICE = "Hello there, this is a benchmark of the page that decodes speech in the browser.", "Ryan"
 
 
-def ensure_checkpoint(out: Path, geometry: str) -> Path:
-    checkpoint = out / f"checkpoint-{geometry}"
-    if not (checkpoint / "config.json").exists():
-        print(f"[bench] writing a random-weight {geometry} checkpoint with a tiny talker to {checkpoint}", flush=True)
-        command = [sys.executable, "-m", "vllm_omni.testing.make_checkpoint", "--geometry", geometry]
-        subprocess.run([*command, "--talker", "tiny", "--out", str(checkpoint)], check=True)
-    return checkpoint
-
-
 @contextlib.contextmanager
 def serving(checkpoint: Path, artifacts: Path, log: Path, max_model_len: int, start_timeout: float):
     """``vllm serve`` on a free loopback port behind :data:`KEY`, once ``/health`` answers: its URL."""
     started = time.monotonic()
-    process, url = start_server(
+    server = vllm_server(
         checkpoint,
         artifacts,
         log,
@@ -89,16 +79,11 @@ def serving(checkpoint: Path, artifacts: Path, log: Path, max_model_len: int, st
         max_model_len=max_model_len,
         kv_cache=str(64 << 20),
         start_timeout=start_timeout,
+        stop_timeout=60,
     )
-    try:
+    with server as running:
         print(f"[bench] server up in {time.monotonic() - started:.0f} s (plans built or reused)", flush=True)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        yield running.url
 
 
 class TreeMemory:
@@ -150,7 +135,7 @@ def page_call(driver, body: str, *args, timeout: float = 600):
     driver.set_script_timeout(timeout)
     result = driver.execute_async_script(script, *args)
     if isinstance(result, dict) and ("thrown" in result or result.get("error")):
-        raise SystemExit(f"the page failed: {result.get('thrown') or result.get('error')}")
+        raise BenchmarkError(f"the page failed: {result.get('thrown') or result.get('error')}")
     return result
 
 
@@ -199,15 +184,15 @@ def native_decode(plan_dir: Path, frames: np.ndarray, threads: int) -> tuple[dic
 
 def run(args: argparse.Namespace) -> dict:
     from vllm_omni.edge.audio import snr_db
-    from vllm_omni.edge.backends.onnx import graph_layout
+    from vllm_omni.edge.backends.onnx.graph import graph_layout
     from vllm_omni.edge.plan import ExecPlan
 
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    checkpoint = ensure_checkpoint(out, args.geometry)
+    checkpoint = ensure_checkpoint(out / f"checkpoint-{args.geometry}", args.geometry, talker="tiny")
     artifacts = out / f"artifacts-{args.geometry}"
     profile = out / f"chromium-profile-{args.geometry}"
-    subprocess.run(["rm", "-rf", str(profile)], check=True)  # a fresh browser: nothing cached from a last run
+    shutil.rmtree(profile, ignore_errors=True)  # a fresh browser: nothing cached from a last run
     result: dict = {"geometry": args.geometry, "weights": "random", "host_cpus": os.cpu_count()}
     log = out / f"server-{args.geometry}.log"
     with serving(checkpoint, artifacts, log, args.max_model_len, args.start_timeout) as url:
@@ -332,7 +317,7 @@ def run(args: argparse.Namespace) -> dict:
     return result
 
 
-def table(result: dict) -> str:
+def report_table(result: dict) -> str:
     speak, load, memory = result["speak"], result["plan_load_seconds"], result["browser_memory_mb"]
     mib = {name: f"{row['rss']:.0f} / {row['pss']:.0f}" for name, row in memory.items()}
     lines = [
@@ -349,24 +334,27 @@ def table(result: dict) -> str:
         f"plan weights {result['plan']['bytes'] / 2**20:.0f} MiB; peak: the browser's summed PSS from a fresh page's "
         "plan load to the replay's end; x plan: that peak less about:blank's just before, over the plan's bytes",
         "",
-        "| decoder (same frames) | threads | RTF | first audio s | plan load s | peak PSS MiB (x plan) "
-        "| SNR dB vs native |",
-        "|---|---|---|---|---|---|---|",
     ]
     plan_mib = result["plan"]["bytes"] / 2**20
+    rows = []
     for row in result["settings"]:
-        snr = "-" if row["snr_db_vs_native"] is None else row["snr_db_vs_native"]
         peak, blank = row["peak_mb"]["pss"], row["blank_mb"]["pss"]
-        lines.append(
-            f"| onnxruntime-web {row['setting']} | {row['threads'] or '-'} | {row['rtf']:.3f} | "
-            f"{row['first_audio_seconds']:.3f} | {row['plan_load_seconds']:.2f} | {peak:.0f} "
-            f"({(peak - blank) / plan_mib:.1f}x) | {snr} |"
-        )
+        rows.append(
+            (
+                f"onnxruntime-web {row['setting']}", row["threads"] or None, number(row["rtf"], 3),
+                number(row["first_audio_seconds"], 3), number(row["plan_load_seconds"]),
+                f"{peak:.0f} ({(peak - blank) / plan_mib:.1f}x)", row["snr_db_vs_native"],
+            )
+        )  # fmt: skip
     for row in result["native"]:
-        lines.append(
-            f"| onnxruntime native (Python), {row['layout']} graph | {row['threads']} | {row['rtf']:.3f} | "
-            f"{row['first_audio_seconds']:.3f} | - | - | {row['snr_db_vs_native_1']} |"
-        )
+        rows.append(
+            (
+                f"onnxruntime native (Python), {row['layout']} graph", row["threads"], number(row["rtf"], 3),
+                number(row["first_audio_seconds"], 3), None, None, row["snr_db_vs_native_1"],
+            )
+        )  # fmt: skip
+    headers = ("decoder (same frames)", "threads", "RTF", "first audio s", "plan load s", "peak PSS MiB (x plan)")
+    lines.append(table((*headers, "SNR dB vs native"), rows))
     if any(row["provider"] == "webgpu" for row in result["settings"]):
         lines.append("WebGPU ran on SwiftShader (software Vulkan on the CPUs): its RTF says nothing about a real GPU.")
     return "\n".join(lines)
@@ -389,12 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     result = run(args)
-    path = args.out / f"browser_{args.geometry}.json"
-    path.write_text(json.dumps(result, indent=2))
-    print(table(result))
+    path = write_json(args.out / f"browser_{args.geometry}.json", result)
+    print(report_table(result))
     print(f"[bench] wrote {path}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

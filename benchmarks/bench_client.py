@@ -1,6 +1,6 @@
 """The edge client end to end: a 30 s codec stream through an execution plan, against the eager full decode.
 
-    python benchmarks/bench_client.py --out out/bench [--geometry released] [--hardware cpu_x86_64] [--seconds 30]
+    python -m benchmarks.bench_client --out out/bench [--geometry released] [--hardware cpu_x86_64] [--seconds 30]
 
 RANDOM WEIGHTS (a released-layout checkpoint written by make_checkpoint, reused across runs). The
 plan is built (or kept) with ``python -m vllm_omni.edge build``'s builder and the class defaults,
@@ -19,14 +19,20 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from workers import peak_rss_mb, run_worker, time_full_decode
+from benchmarks.harness import (
+    ensure_checkpoint,
+    full_decode,
+    number,
+    peak_rss_mb,
+    print_result,
+    run_cli,
+    run_worker,
+    table,
+    write_json,
+)
 
 
 class PacedStream(io.RawIOBase):
@@ -106,16 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames-per-message", type=int, default=4)
     parser.add_argument("--jitter-ms", type=float, default=200.0)
     # worker mode (internal)
-    parser.add_argument("--worker", choices=("client", "full"))
+    parser.add_argument("--worker", choices=("client",), help=argparse.SUPPRESS)
     parser.add_argument("--plan"), parser.add_argument("--stream"), parser.add_argument("--paced", action="store_true")
-    parser.add_argument("--model"), parser.add_argument("--codes"), parser.add_argument("--audio-out")
+    parser.add_argument("--audio-out")
     args = parser.parse_args(argv)
     if args.worker == "client":
-        print(json.dumps(worker_client(args)))
-        return 0
-    if args.worker == "full":
-        print(json.dumps({"mode": "full decode (eager)", **time_full_decode(args.model, args.codes, args.audio_out)}))
-        return 0
+        return print_result(worker_client(args))
 
     import numpy as np
 
@@ -125,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     from vllm_omni.edge.hardware import get_hardware_class
     from vllm_omni.edge.stream import StreamStart, encode_recording
     from vllm_omni.testing.codes import random_codes
-    from vllm_omni.testing.make_checkpoint import ensure_checkpoint
 
     args.out.mkdir(parents=True, exist_ok=True)
     model = ensure_checkpoint(args.out / f"checkpoint-{args.geometry}", args.geometry)
@@ -147,15 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     stream_path.write_bytes(encode_recording(start, batches))
 
     print("[bench] full decode", flush=True)
-    full_args = ["--worker", "full", "--model", str(model), "--codes", str(codes_path)]
-    full = run_worker(__file__, [*full_args, "--audio-out", str(args.out / "client_full.npy")])
+    full = {"mode": "full decode (eager)", **full_decode(model, codes_path, args.out / "client_full.npy")}
     reference = np.load(args.out / "client_full.npy")
     rows = [full]
     for paced in (False, True):
         print(f"[bench] client {'paced' if paced else 'burst'}", flush=True)
-        extra = ["--worker", "client", "--plan", str(plan_dir), "--stream", str(stream_path)]
-        extra += ["--audio-out", str(args.out / "client_audio.npy"), "--jitter-ms", str(args.jitter_ms)]
-        row = run_worker(__file__, extra + (["--paced"] if paced else []))
+        audio_out = args.out / "client_audio.npy"
+        row = run_worker(
+            __spec__.name, "client", plan=plan_dir, stream=stream_path, audio_out=audio_out,
+            jitter_ms=args.jitter_ms, paced=paced,
+        )  # fmt: skip
         row["snr_db_vs_full"] = round(snr_db(reference, np.load(args.out / "client_audio.npy")), 1)
         rows.append(row)
     for row in rows:
@@ -170,18 +172,24 @@ def main(argv: list[str] | None = None) -> int:
         "frames_per_message": size,
         "rows": rows,
     }
-    (args.out / "client.json").write_text(json.dumps(result, indent=2))
+    path = write_json(args.out / "client.json", result)
     print(f"{args.hardware} plan {plan.plan_id[:12]} ({args.geometry}, RANDOM WEIGHTS), {frames} frames")
-    print("| mode | RTF | RTF / full | first audio ms | underruns | SNR vs full dB | peak RSS MB |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for row in rows:
-        print(
-            f"| {row['mode']} | {row['rtf']:.3f} | {row['rtf_vs_full']:.2f} | {row.get('first_audio_ms', '')} | "
-            f"{row.get('underruns', '')} | {row.get('snr_db_vs_full', '')} | {row['peak_rss_mb']:.0f} |"
+    headers = ("mode", "RTF", "RTF / full", "first audio ms", "underruns", "SNR vs full dB", "peak RSS MB")
+    print(
+        table(
+            headers,
+            (
+                (
+                    row["mode"], number(row["rtf"], 3), number(row["rtf_vs_full"]), row.get("first_audio_ms"),
+                    row.get("underruns"), row.get("snr_db_vs_full"), number(row["peak_rss_mb"], 0),
+                )
+                for row in rows
+            ),
         )
-    print(f"wrote {args.out / 'client.json'}")
+    )  # fmt: skip
+    print(f"wrote {path}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

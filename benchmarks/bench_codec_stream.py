@@ -1,6 +1,6 @@
 """Codec-stream bandwidth and parse cost: bytes per second of speech, int16 vs 11-bit packing, vs PCM16.
 
-    python benchmarks/bench_codec_stream.py --out out/bench [--seconds 30] [--frames-per-message 1 2 4 8 25]
+    python -m benchmarks.bench_codec_stream --out out/bench [--seconds 30] [--frames-per-message 1 2 4 8 25]
 
 The released stream geometry: 16 codebooks of 2048 codes, 12.5 frames/s, 24 kHz. For a
 ``--seconds`` stream of seeded random codes (codes are fixed-width on the wire, so their values do
@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.harness import run_cli, table, write_json
 from vllm_omni.edge.stream import (
     PACKINGS,
     CodecStreamEncoder,
@@ -88,22 +85,26 @@ def main(argv: list[str] | None = None) -> int:
         "baseline_pcm16": {"bytes": pcm16, "bytes_per_second": pcm16 / seconds},
         "rows": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "codec_stream.json").write_text(json.dumps(result, indent=2))
+    path = write_json(args.out / "codec_stream.json", result)
     print(f"{seconds:.1f} s stream ({frame_count} frames); PCM16 baseline {pcm16 / seconds:,.0f} B/s")
-    print(
-        "| packing | frames/msg | messages | B/s (messages) | B/s (framed) | payload B/s | vs PCM16 | parse ms per s |"
-    )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for row in rows:
-        print(
-            f"| {row['packing']} | {row['frames_per_message']} | {row['messages']} | {row['bytes_per_second']:.1f} | "
-            f"{row['recording_bytes_per_second']:.1f} | {row['payload_bytes_per_second']:.1f} | "
-            f"{row['vs_pcm16']:.4f} ({1 / row['vs_pcm16']:.0f}x smaller) | {row['parse_ms_per_second_of_speech']} |"
+    headers = ("packing", "frames/msg", "messages", "B/s (messages)", "B/s (framed)", "payload B/s", "vs PCM16")
+    rows = (
+        (
+            row["packing"],
+            row["frames_per_message"],
+            row["messages"],
+            f"{row['bytes_per_second']:.1f}",
+            f"{row['recording_bytes_per_second']:.1f}",
+            f"{row['payload_bytes_per_second']:.1f}",
+            f"{row['vs_pcm16']:.4f} ({1 / row['vs_pcm16']:.0f}x smaller)",
+            row["parse_ms_per_second_of_speech"],
         )
-    print(f"wrote {args.out / 'codec_stream.json'}")
+        for row in rows
+    )
+    print(table((*headers, "parse ms per s"), rows))
+    print(f"wrote {path}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

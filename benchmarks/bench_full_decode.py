@@ -1,6 +1,6 @@
 """Time the eager full decode (``decode_unchecked``) of the in-tree Code2Wav decoder.
 
-    python benchmarks/bench_full_decode.py --out out/bench [--geometry released] [--frames 25 100 250]
+    python -m benchmarks.bench_full_decode --out out/bench [--geometry released] [--frames 25 100 250]
 
 RANDOM WEIGHTS: the checkpoint is written by ``vllm_omni.testing.make_checkpoint`` (reused
 across runs). Reports, per input length: median seconds over ``--repeats`` warm runs, the
@@ -13,23 +13,17 @@ Writes ``full_decode.json`` and prints a table. One process, one runtime (eager 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from workers import count_macs
-
+from benchmarks.harness import count_macs, ensure_checkpoint, number, run_cli, table, write_json
 from vllm_omni.edge.checkpoint import load_code2wav_decoder
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
 from vllm_omni.testing.codes import random_codes
-from vllm_omni.testing.make_checkpoint import ensure_checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,20 +80,29 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": f"time per frame at {rows[0]['frames']} frames",
         "rows": rows,
     }
-    (args.out / "full_decode.json").write_text(json.dumps(report, indent=2))
+    path = write_json(args.out / "full_decode.json", report)
     print(f"\nfull decode, {args.geometry} geometry, RANDOM WEIGHTS, {args.threads} threads, torch {torch.__version__}")
+    headers = ("frames", "audio s", "decode s", "RTF", "GMAC/frame", "GFLOP/s", "per-frame x")
     print(
-        f"{'frames':>7} {'audio s':>8} {'decode s':>9} {'RTF':>6} {'GMAC/frame':>11} {'GFLOP/s':>8} {'per-frame x':>12}"
-    )
-    for row in rows:
-        print(
-            f"{row['frames']:>7} {row['audio_seconds']:>8.2f} {row['median_seconds']:>9.2f} "
-            f"{row['real_time_factor']:>6.3f} {row['gmac_per_frame']:>11.2f} {row['gflops']:>8.1f} "
-            f"{row['per_frame_vs_baseline']:>12.2f}"
+        table(
+            headers,
+            (
+                (
+                    row["frames"],
+                    number(row["audio_seconds"]),
+                    number(row["median_seconds"]),
+                    number(row["real_time_factor"], 3),
+                    number(row["gmac_per_frame"]),
+                    number(row["gflops"], 1),
+                    number(row["per_frame_vs_baseline"]),
+                )
+                for row in rows
+            ),
         )
-    print(f"-> {args.out / 'full_decode.json'}")
+    )
+    print(f"-> {path}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

@@ -1,6 +1,6 @@
 """Parity with the official qwen-tts decoder over every length, at the released geometry (the suite's long sweep).
 
-    python benchmarks/bench_parity.py --out out/bench [--geometry released] [--frames 1 7 71 72 73 150]
+    python -m benchmarks.bench_parity --out out/bench [--geometry released] [--frames 1 7 71 72 73 150]
         [--chunked-frames 400]
 
 The suite checks the same property cheaply (``tests/model_executor/models/qwen3_tts/test_parity_official.py``):
@@ -27,14 +27,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.harness import REPO_ROOT, BenchmarkError, run_cli, table, write_json
 from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.checkpoint import load_code2wav_decoder
 from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2DecoderConfig
 from vllm_omni.testing.make_checkpoint import decoder_shapes
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 ORACLE_PYTHON = REPO_ROOT / ".venv-oracle" / "bin" / "python"
 ORACLE_SCRIPT = REPO_ROOT / "tools" / "oracle" / "qwen_tts_oracle.py"
 TOLERANCE = 1e-4
@@ -44,7 +42,7 @@ GEOMETRIES = {"released": Qwen3TTSTokenizerV2DecoderConfig.released, "small": Qw
 def official_decodes(work: Path, geometry: str, frames: list[int], chunked: int) -> tuple[Path, dict, float]:
     """Run the oracle: its checkpoint directory, its results (codes and audio per length) and its seconds."""
     if not ORACLE_PYTHON.exists():
-        raise SystemExit(f"the oracle venv is missing ({ORACLE_PYTHON}); build it with `make setup-oracle`")
+        raise BenchmarkError(f"the oracle venv is missing ({ORACLE_PYTHON}); build it with `make setup-oracle`")
     (work / "decoder_config.json").write_text(json.dumps(GEOMETRIES[geometry]().to_dict()))
     checkpoint, results = work / "checkpoint", work / "oracle.pt"
     command = [str(ORACLE_PYTHON), str(ORACLE_SCRIPT), "--decoder-config", str(work / "decoder_config.json")]
@@ -53,7 +51,7 @@ def official_decodes(work: Path, geometry: str, frames: list[int], chunked: int)
     started = time.perf_counter()
     completed = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     if completed.returncode != 0:
-        raise SystemExit(f"the oracle failed ({completed.returncode}):\n{completed.stderr[-4000:]}")
+        raise BenchmarkError(f"the oracle failed ({completed.returncode}):\n{completed.stderr[-4000:]}")
     return checkpoint, torch.load(results), time.perf_counter() - started
 
 
@@ -74,7 +72,7 @@ def row_of(label: str, frames: int, expected: torch.Tensor, ours: torch.Tensor, 
 def compare(checkpoint: Path, oracle: dict, frames: list[int], chunked: int) -> list[dict]:
     decoder = load_code2wav_decoder(checkpoint)
     if oracle["shapes"] != decoder_shapes(decoder.config):
-        raise SystemExit("the oracle's checkpoint layout differs from the official module's")
+        raise BenchmarkError("the oracle's checkpoint layout differs from the official module's")
     cases = [("forward", count, *oracle[f"forward/{count}"], decoder) for count in frames]
     if chunked:
         cases.append(("chunked_decode", chunked, *oracle["chunked"], decoder.chunked_decode))
@@ -88,26 +86,24 @@ def compare(checkpoint: Path, oracle: dict, frames: list[int], chunked: int) -> 
     return rows
 
 
-def table(report: dict) -> str:
+def report_table(report: dict) -> str:
+    rows = []
+    for row in report["rows"]:
+        if "max_abs" not in row:
+            shape = f"shape {row['shape']} vs {row['official_shape']}"
+            rows.append((row["decode"], row["frames"], shape, "", "", "no"))
+            continue
+        snr = "inf" if math.isinf(row["snr_db"]) else f"{row['snr_db']:.1f}"
+        within = "yes" if row["within"] else "NO"
+        rows.append((row["decode"], row["frames"], f"{row['max_abs']:.2e}", snr, f"{row['ours_seconds']:.2f}", within))
     lines = [
         f"# Parity with the official decoder, {report['geometry']} geometry (RANDOM WEIGHTS)",
         "",
         f"Bar: max abs difference <= {report['tolerance']:g}; official attention: {report['attn_official']}; "
         f"the oracle ran {report['oracle_seconds']:.0f} s; torch {report['torch']}.",
         "",
-        "| decode | frames | max abs | SNR dB | ours s | within |",
-        "| --- | ---: | ---: | ---: | ---: | --- |",
+        table(("decode", "frames", "max abs", "SNR dB", "ours s", "within"), rows, align="lrrrrl"),
     ]
-    for row in report["rows"]:
-        if "max_abs" not in row:
-            lines.append(f"| {row['decode']} | {row['frames']} | shape {row['shape']} vs {row['official_shape']} "
-                         "| | | no |")  # fmt: skip
-            continue
-        snr = "inf" if math.isinf(row["snr_db"]) else f"{row['snr_db']:.1f}"
-        lines.append(
-            f"| {row['decode']} | {row['frames']} | {row['max_abs']:.2e} | {snr} | {row['ours_seconds']:.2f} "
-            f"| {'yes' if row['within'] else 'NO'} |"
-        )
     return "\n".join(lines) + "\n"
 
 
@@ -135,9 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
     }
     stem = args.out / f"parity_{args.geometry}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    stem.with_suffix(".md").write_text(table(report))
-    print(table(report), end="")
+    write_json(stem.with_suffix(".json"), report)
+    stem.with_suffix(".md").write_text(report_table(report))
+    print(report_table(report), end="")
     print(f"-> {stem.with_suffix('.json')}, {stem.with_suffix('.md')}")
     over = [f"{row['decode']} T={row['frames']}" for row in rows if not row.get("within")]
     if over:
@@ -147,4 +143,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

@@ -1,6 +1,6 @@
 """npu_phone against the CPU plan: the ExecuTorch (XNNPACK) stateful step next to the onnxruntime step.
 
-    python benchmarks/bench_phone.py --out out/bench_phone --geometry released [--threads 1 2] [--seconds 20]
+    python -m benchmarks.bench_phone --out out/bench_phone --geometry released [--threads 1 2] [--seconds 20]
         [--model DIR] [--stateful-plan DIR] [--cpu-plan DIR] [--windowed-plan DIR | --windowed]
 
 RANDOM WEIGHTS (a released-layout checkpoint written by make_checkpoint, reused across runs), so
@@ -26,13 +26,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from workers import peak_rss_mb, rss_mb, run_worker, time_full_decode
+from benchmarks.harness import (
+    BenchmarkError,
+    ensure_checkpoint,
+    full_decode,
+    number,
+    peak_rss_mb,
+    plot,
+    print_result,
+    rss_mb,
+    run_cli,
+    run_worker,
+    table,
+    write_json,
+)
 
 
 def drop_memory_locking() -> bool:
@@ -132,7 +142,7 @@ def build_plan(model: Path, out: Path, hardware: str, extra: list[str]) -> Path:
     if not (out / "exec_plan.json").exists():
         print(f"[bench] building {hardware} {' '.join(extra)} into {out}", flush=True)
         if edge_main(["build", "--hardware", hardware, *extra, "--model", str(model), "--out", str(out)]) != 0:
-            raise SystemExit(f"the {hardware} build failed")
+            raise BenchmarkError(f"the {hardware} build failed")
     return out
 
 
@@ -148,22 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--seconds", type=float, default=20.0, help="stream length")
     # worker mode (internal)
-    parser.add_argument("--worker", choices=("plan", "full"))
+    parser.add_argument("--worker", choices=("plan",), help=argparse.SUPPRESS)
     parser.add_argument("--plan"), parser.add_argument("--codes"), parser.add_argument("--audio-out")
     args = parser.parse_args(argv)
     if args.worker == "plan":
-        print(json.dumps(worker_plan(args)))
-        return 0
-    if args.worker == "full":
-        print(json.dumps(time_full_decode(str(args.model), args.codes, args.audio_out)))
-        return 0
+        return print_result(worker_plan(args))
 
     import numpy as np
 
     from vllm_omni.edge.audio import snr_db
     from vllm_omni.edge.checkpoint import resolve_speech_tokenizer
     from vllm_omni.testing.codes import random_codes
-    from vllm_omni.testing.make_checkpoint import ensure_checkpoint
 
     args.out.mkdir(parents=True, exist_ok=True)
     model = args.model or ensure_checkpoint(args.out / f"checkpoint-{args.geometry}", args.geometry)
@@ -178,10 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     np.save(codes_path, random_codes(frames, seed=2026)[0].T.numpy())
     print(f"[bench] full decode, {frames} frames", flush=True)
     full_audio = args.out / f"full_{frames}.npy"
-    full = run_worker(
-        __file__,
-        ["--worker", "full", "--model", str(model), "--codes", str(codes_path), "--audio-out", str(full_audio)],
-    )
+    full = full_decode(model, codes_path, full_audio)
     reference = np.load(full_audio)
     runs = [(plan, threads) for threads in args.threads for plan in (cpu, stateful)]
     runs += [(windowed, 2)] if windowed else []
@@ -189,13 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     for plan, threads in runs:
         print(f"[bench] {plan.name}, {threads} thread(s), {frames} frames", flush=True)
         audio_out = args.out / f"{plan.name}_{threads}_{frames}.npy"
-        row = run_worker(
-            __file__,
-            [
-                *("--worker", "plan", "--plan", str(plan), "--codes", str(codes_path)),
-                *("--audio-out", str(audio_out), "--threads", str(threads)),
-            ],
-        )
+        row = run_worker(__spec__.name, "plan", plan=plan, codes=codes_path, audio_out=audio_out, threads=threads)
         row["snr_db_vs_full"] = round(snr_db(reference, np.load(audio_out)), 1)
         rows.append(row)
     baseline = {row["threads"]: row["rtf"] for row in rows if row["runtime"] == "onnxruntime"}
@@ -210,9 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         "full_decode": full,
         "rows": rows,
     }
-    (args.out / "phone.json").write_text(json.dumps(result, indent=2))
-    plot(result, args.out / "phone.png")
-    print(table(result))
+    write_json(args.out / "phone.json", result)
+    plot(args.out / "phone.png", lambda pyplot: draw(pyplot, result), dpi=80)
+    print(report_table(result))
     return 0
 
 
@@ -232,40 +228,34 @@ def _delegation(row: dict) -> str:
     return f"{100 * main['delegated_flops_share']:.2f}% FLOPs{time_outside}"
 
 
-def table(result: dict) -> str:
+def report_table(result: dict) -> str:
     weights_mib = result["weights_bytes"] / 2**20
     full = result["full_decode"]
-    lines = [
-        f"npu_phone vs cpu_x86_64, {result['geometry']} geometry, RANDOM WEIGHTS; {result['frames']} frames fed one "
-        f"at a time; weights {weights_mib:.0f} MiB; eager full decode RTF {full['rtf']:.3f} (this host's load)",
-        "",
-        "| runtime | plan | threads | RTF | x onnxruntime | first audio s | RSS before open MiB | decoder RSS MiB "
-        "(x weights) | process peak MiB (x weights) | delegated | SNR dB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    headers = ("runtime", "plan", "threads", "RTF", "x onnxruntime", "first audio s", "RSS before open MiB")
+    headers += ("decoder RSS MiB (x weights)", "process peak MiB (x weights)", "delegated", "SNR dB")
+    rows = []
     for row in result["rows"]:
-        ratio = row.get("rtf_vs_onnxruntime")
         decoder = row["peak_rss_mb"] - row["rss_before_open_mb"]
-        first = row.get("first_audio_seconds")
-        lines.append(
-            f"| {_label(row)} | {row['schedule']} | {row['threads']} | {row['rtf']:.3f} | "
-            f"{'-' if ratio is None else f'{ratio:.2f}'} | {'-' if first is None else f'{first:.3f}'} | "
-            f"{row['rss_before_open_mb']:.0f} | {decoder:.0f} ({decoder / weights_mib:.2f}x) | "
-            f"{row['peak_rss_mb']:.0f} ({row['peak_rss_mb'] / weights_mib:.2f}x) | {_delegation(row)} | "
-            f"{row['snr_db_vs_full']} |"
-        )
-    return "\n".join(lines)
+        rows.append(
+            (
+                _label(row), row["schedule"], row["threads"], number(row["rtf"], 3),
+                number(row.get("rtf_vs_onnxruntime")), number(row.get("first_audio_seconds"), 3),
+                number(row["rss_before_open_mb"], 0), f"{decoder:.0f} ({decoder / weights_mib:.2f}x)",
+                f"{row['peak_rss_mb']:.0f} ({row['peak_rss_mb'] / weights_mib:.2f}x)", _delegation(row),
+                row["snr_db_vs_full"],
+            )
+        )  # fmt: skip
+    title = (
+        f"npu_phone vs cpu_x86_64, {result['geometry']} geometry, RANDOM WEIGHTS; {result['frames']} frames fed one "
+        f"at a time; weights {weights_mib:.0f} MiB; eager full decode RTF {full['rtf']:.3f} (this host's load)"
+    )
+    return f"{title}\n\n{table(headers, rows, align='llrrrrrrrlr')}"
 
 
-def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def draw(pyplot, result: dict):
     rows = result["rows"]
     labels = [f"{_label(row)}\n{row['threads']} thread(s)" for row in rows]
-    figure, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4))
+    figure, (speed, memory) = pyplot.subplots(1, 2, figsize=(11, 4))
     speed.barh(labels, [row["rtf"] for row in rows], color="tab:blue")
     speed.axvline(1.0, color="gray", linestyle="--", linewidth=1)
     speed.set_xlabel("real-time factor (lower is faster)")
@@ -278,10 +268,8 @@ def plot(result: dict, path: Path) -> None:
     figure.suptitle(
         f"npu_phone vs cpu_x86_64, {result['geometry']} geometry, RANDOM WEIGHTS, {result['frames']} frames"
     )
-    figure.tight_layout()
-    figure.savefig(path, dpi=80)
-    plt.close(figure)
+    return figure
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

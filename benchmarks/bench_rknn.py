@@ -1,6 +1,6 @@
 """RKNN fp16 step graphs: register-overflow (REGTASK) count, compile cost and simulator SNR, per target and B.
 
-    .venv-rknn/bin/python benchmarks/bench_rknn.py --out out/bench [--geometry released]
+    .venv-rknn/bin/python -m benchmarks.bench_rknn --out out/bench [--geometry released]
         [--targets rk3588 rk3576] [--steps 16 64] [--first 2] [--check-steps 20] [--only ROW ...]
 
 RANDOM WEIGHTS. Two checkpoints (:mod:`vllm_omni.testing.drive`): ``hot`` (make_checkpoint's
@@ -35,11 +35,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-CONVERTER = ["-m", "vllm_omni.edge.cli.rknn_convert"]
+from benchmarks.harness import ensure_checkpoint, run_cli, table, write_json
+from vllm_omni.edge.builders.rknn.build import MAX_PASS_FRAMES
 
-from vllm_omni.edge.builders.rockchip import MAX_PASS_FRAMES  # noqa: E402 (after the path setup)
+CONVERTER = ["-m", "vllm_omni.edge.cli.rknn_convert"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,15 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from vllm_omni.testing.drive import write_drive_checkpoint
-
     args.out.mkdir(parents=True, exist_ok=True)
-    checkpoints = {}
-    for drive, seed in (("hot", 0), ("moderate", 1)):
-        path = args.out / f"checkpoint-{args.geometry}-{drive}"
-        if not (path / "speech_tokenizer" / "model.safetensors").is_file():
-            write_drive_checkpoint(path, args.geometry, drive, seed=seed)
-        checkpoints[drive] = path
+    checkpoints = {
+        drive: ensure_checkpoint(
+            args.out / f"checkpoint-{args.geometry}-{drive}", args.geometry, seed=seed, drive=drive
+        )
+        for drive, seed in (("hot", 0), ("moderate", 1))
+    }
 
     main_b, others = args.steps[0], args.steps[1:]
     plan = [(f"hot-{t}-b{main_b}+{args.first}", "hot", t, main_b, args.first) for t in args.targets]
@@ -141,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         if not report_path.exists():
             print(f"[bench]   {name} failed (exit {completed.returncode}); see {out_dir / 'convert.log'}", flush=True)
             result["rows"].append({"row": name, "exit_code": completed.returncode, "failed": True})
-            result_path.write_text(json.dumps(result, indent=2))
+            write_json(result_path, result)
             continue
         report = json.loads(report_path.read_text())
         check = report["simulator_check"]
@@ -172,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         print(f"[bench]   {json.dumps(result['rows'][-1])}", flush=True)
-        result_path.write_text(json.dumps(result, indent=2))
+        write_json(result_path, result)
     if args.reference_frames:
         entries = {entry.get("graph"): entry for entry in result["fp32_reference"]}
         # the static graphs (a one-file row's graph equals them per size: tests/edge/graphs/test_npu_layout.py)
@@ -183,10 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[bench] fp32 reference noise: {name}", flush=True)
             entries[name] = {"graph": name, **reference_noise(checkpoints[drive], graph, args)}
         result["fp32_reference"] = sorted(entries.values(), key=lambda entry: str(entry.get("graph")))
-        result_path.write_text(json.dumps(result, indent=2))
+        write_json(result_path, result)
     if args.compare_one_rknn:
         result["one_rknn_vs_two_files"] = compare_one_rknn(args, checkpoints["hot"], args.targets[0], main_b)
-        result_path.write_text(json.dumps(result, indent=2))
+        write_json(result_path, result)
     print_table(result)
     print(f"-> {result_path}")
     return 0
@@ -202,8 +199,8 @@ def compare_one_rknn(args, checkpoint: Path, target: str, size: int) -> dict:
     import numpy as np
 
     from vllm_omni.edge.audio import snr_db
-    from vllm_omni.edge.backends.onnx import graph_contract
-    from vllm_omni.edge.backends.rknn_runtime import RknnSimulatorStepRunner, SimulatedModel
+    from vllm_omni.edge.backends.onnx.graph import graph_contract
+    from vllm_omni.edge.backends.rknn.run import RknnSimulatorStepRunner, SimulatedModel
     from vllm_omni.edge.runtime.stateful_decoder import StatefulDecoder
 
     first = args.first
@@ -258,8 +255,8 @@ def reference_noise(checkpoint: Path, graph: Path, args) -> dict:
     import torch
 
     from vllm_omni.edge.audio import snr_db
-    from vllm_omni.edge.backends.onnxruntime import OnnxStepRunner
-    from vllm_omni.edge.builders.rknn_convert import stream_steps
+    from vllm_omni.edge.backends.onnx.run import OnnxStepRunner
+    from vllm_omni.edge.builders.rknn.check import stream_steps
     from vllm_omni.edge.checkpoint import load_code2wav_decoder
 
     decoder = load_code2wav_decoder(checkpoint)
@@ -315,26 +312,32 @@ def export(
 
 def print_table(result: dict) -> None:
     print(f"\n{result['geometry']} geometry, {result['weights']}, fp16, simulator, {result['check_steps']} steps")
-    print("row | B | compile s | peak RSS MB | .rknn MB | REGTASK | sim SNR dB (min / mean step) | ORT SNR dB | RMS")
+    headers = ("row", "B", "compile s", "peak RSS MB", ".rknn MB", "REGTASK", "sim SNR dB (min / mean step)")
+    rows = []
     for row in result["rows"]:
         if row.get("failed"):
-            print(f"{row['row']} | failed (exit {row['exit_code']})")
+            rows.append((row["row"], f"failed (exit {row['exit_code']})", *[None] * 7))
             continue
-        print(
-            f"{row['row']} | {row['step_frames']} | {row['compile_seconds']} | {row['peak_rss_mb']} | "
-            f"{row['rknn_mb']} | "
-            f"{row['regtask_warnings']} | {row['simulator_snr_db_vs_full']:.1f} ({row['min_step_snr_db']:.1f} / "
-            f"{row['mean_step_snr_db']:.1f}) | {row['onnxruntime_snr_db_vs_full']:.1f} | {row['output_rms']:.3f}"
-        )
+        snr = f"{row['simulator_snr_db_vs_full']:.1f} ({row['min_step_snr_db']:.1f} / {row['mean_step_snr_db']:.1f})"
+        rows.append(
+            (
+                row["row"], row["step_frames"], row["compile_seconds"], row["peak_rss_mb"], row["rknn_mb"],
+                row["regtask_warnings"], snr, f"{row['onnxruntime_snr_db_vs_full']:.1f}", f"{row['output_rms']:.3f}",
+            )
+        )  # fmt: skip
+    print(table((*headers, "ORT SNR dB", "RMS"), rows))
     if result.get("fp32_reference"):
         print("\nstep graph in onnxruntime vs the eager full decode in fp32 and in fp64 (SNR dB)")
-        print("graph | frames | onnxruntime vs fp32 | fp32 vs fp64 | onnxruntime vs fp64")
-        for entry in result["fp32_reference"]:
-            print(
-                f"{entry['graph']} | {entry['frames']} | {entry['onnxruntime_vs_fp32_db']} | "
-                f"{entry['fp32_vs_fp64_db']} | {entry['onnxruntime_vs_fp64_db']}"
+        headers = ("graph", "frames", "onnxruntime vs fp32", "fp32 vs fp64", "onnxruntime vs fp64")
+        rows = [
+            (
+                entry["graph"], entry["frames"], entry["onnxruntime_vs_fp32_db"], entry["fp32_vs_fp64_db"],
+                entry["onnxruntime_vs_fp64_db"],
             )
+            for entry in result["fp32_reference"]
+        ]  # fmt: skip
+        print(table(headers, rows))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

@@ -1,6 +1,6 @@
 """Serving on loopback: codec frames to the device vs PCM decoded on the server, 1/4/8 concurrent streams.
 
-    .venv-vllm/bin/python benchmarks/bench_serve.py --out out/bench [--frames 50] [--concurrency 1 4 8]
+    .venv-vllm/bin/python -m benchmarks.bench_serve --out out/bench [--frames 50] [--concurrency 1 4 8]
 
 RANDOM WEIGHTS (a tiny-talker checkpoint at the small decoder geometry, written under ``--out``).
 One ``vllm serve --omni --edge-hardware cpu_x86_64`` server on 127.0.0.1; for each concurrency, N
@@ -21,9 +21,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -31,51 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.harness import ensure_checkpoint, number, run_cli, table, vllm_server, write_json
 
 TALKER_FRAME_RATE = 12.5  # Qwen3-TTS 12 Hz: frames per second of speech
 REQUEST = {"input": "Hello there, this is a test of the serving path.", "voice": "Ryan", "language": "English"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(
-    checkpoint: Path,
-    artifacts: Path,
-    log: Path,
-    extra_args: tuple[str, ...] = (),
-    *,
-    hardware: str = "cpu_x86_64",
-    max_model_len: int = 1024,
-    kv_cache: str = "256M",
-    start_timeout: float = 900,
-) -> tuple[subprocess.Popen, str]:
-    """``vllm serve`` on a free loopback port (``extra_args`` appended), once ``/health`` answers."""
-    port = free_port()
-    command = [str(Path(sys.executable).parent / "vllm"), "serve", str(checkpoint), "--omni"]
-    command += ["--edge-hardware", hardware, "--edge-artifacts", str(artifacts), "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", str(max_model_len)]
-    command += ["--block-size", "32", "--kv-cache-memory-bytes", kv_cache]  # docs/serving/serve.md: CPU memory
-    command += list(extra_args)
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + start_timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"the server exited:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=5):
-                return process, url
-        except OSError:
-            time.sleep(2)
-    process.kill()
-    raise SystemExit(f"the server did not start in {start_timeout:.0f} s; see {log}")
 
 
 class CountingReader(io.RawIOBase):
@@ -151,24 +107,21 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=50)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     args = parser.parse_args()
-    from vllm_omni.testing.make_checkpoint import write_checkpoint
 
     work = args.out / "serve"
     work.mkdir(parents=True, exist_ok=True)
-    checkpoint = work / "ckpt"
-    if not (checkpoint / "model.safetensors").is_file():
-        write_checkpoint(checkpoint, "small", seed=0, talker="tiny")
-    process, url = start_server(checkpoint, work / "artifacts", work / "server.log")
+    checkpoint = ensure_checkpoint(work / "ckpt", "small", talker="tiny")
+    plan_dir = work / "artifacts" / "cpu_x86_64"
     rows = []
-    try:
-        one_stream(url, "codec", 3, work / "artifacts" / "cpu_x86_64")  # warm-up
+    with vllm_server(checkpoint, work / "artifacts", work / "server.log") as server:
+        one_stream(server.url, "codec", 3, plan_dir)  # warm-up
         for concurrency in args.concurrency:
             for mode in ("pcm", "codec"):
                 print(f"[bench] {mode} x{concurrency} ...", flush=True)
                 results: list = [None] * concurrency
 
                 def run(index: int, mode: str = mode, results: list = results) -> None:
-                    results[index] = one_stream(url, mode, args.frames, work / "artifacts" / "cpu_x86_64")
+                    results[index] = one_stream(server.url, mode, args.frames, plan_dir)
 
                 threads = [threading.Thread(target=run, args=(i,)) for i in range(concurrency)]
                 for thread in threads:
@@ -176,28 +129,24 @@ def main() -> int:
                 for thread in threads:
                     thread.join()
                 rows.append({"concurrency": concurrency, "mode": mode, "streams": results})
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
-    (args.out / "serve.json").write_text(
-        json.dumps({"random_weights": True, "frames": args.frames, "rows": rows}, indent=2)
-    )
+    write_json(args.out / "serve.json", {"random_weights": True, "frames": args.frames, "rows": rows})
 
     def mean(row, key):
         values = [s[key] for s in row["streams"] if s[key] is not None]
         return float(np.mean(values)) if values else float("nan")
 
     print(f"\nServing on loopback, tiny talker + small decoder, RANDOM WEIGHTS, {args.frames} frames per stream")
-    print("| streams | mode | first frame (s) | first audio (s) | frames/s per stream | wire B per s of speech |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: |")
-    for row in rows:
-        print(
-            f"| {row['concurrency']} | {row['mode']} | {mean(row, 'first_frame_s'):.2f} | "
-            f"{mean(row, 'first_audio_s'):.2f} | "
-            f"{mean(row, 'frames_per_s'):.1f} | {mean(row, 'wire_bytes_per_speech_s'):.0f} |"
+    headers = ("streams", "mode", "first frame (s)", "first audio (s)", "frames/s per stream", "wire B per s of speech")
+    lines = [
+        (
+            row["concurrency"], row["mode"], number(mean(row, "first_frame_s")), number(mean(row, "first_audio_s")),
+            number(mean(row, "frames_per_s"), 1), number(mean(row, "wire_bytes_per_speech_s"), 0),
         )
+        for row in rows
+    ]  # fmt: skip
+    print(table(headers, lines, align="rlrrrr"))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

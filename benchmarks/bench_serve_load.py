@@ -1,9 +1,9 @@
 """Serving under a bounded load on loopback: many clients at once, each stream checked against its offline frames.
 
-    .venv-vllm/bin/python benchmarks/bench_serve_load.py --out out/bench [--clients-scale 0.125]
+    .venv-vllm/bin/python -m benchmarks.bench_serve_load --out out/bench [--clients-scale 0.125]
 
-RANDOM WEIGHTS (the tiny-talker checkpoint ``bench_serve.py`` writes, under ``--out``). One
-``vllm serve --omni --edge-hardware cpu_x86_64 --api-key KEY`` on 127.0.0.1 (``bench_serve.start_server``).
+RANDOM WEIGHTS (a tiny-talker checkpoint at the small decoder geometry, under ``--out``). One
+``vllm serve --omni --edge-hardware cpu_x86_64 --api-key KEY`` on 127.0.0.1 (``harness.vllm_server``).
 First, sequentially, the reference frames: each body below posted once alone (greedy decoding is
 deterministic). Then, all at once:
 
@@ -38,10 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench_serve import start_server  # noqa: E402 (benchmarks/ is the script's directory)
+from benchmarks.harness import BenchmarkError, drain, ensure_checkpoint, metric, run_cli, table, vllm_server, write_json
 
 KEY = "bench-load-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -109,20 +106,8 @@ def post_codec(url: str, body: dict) -> np.ndarray:
     with urllib.request.urlopen(request, timeout=300) as response:
         frames, done = stream_frames(list(iter_events(io.BytesIO(response.read()))))
     if done != "complete":
-        raise SystemExit(f"the reference request ended {done!r}: {body}")
+        raise BenchmarkError(f"the reference request ended {done!r}: {body}")
     return frames
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    """The sum of ``name``'s samples on ``/metrics`` whose labels include ``labels``."""
-    with urllib.request.urlopen(url + "/metrics", timeout=30) as response:
-        text = response.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        sample = line.startswith(name + "{") or line.startswith(name + " ")
-        if sample and all(f'{key}="{value}"' in line for key, value in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def poll_health(url: str, stop, samples_path: str) -> None:
@@ -157,7 +142,7 @@ def api_server_process(server_pid: int, port: int):
             continue
         if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in connections):
             return process
-    raise SystemExit(f"no process of the server (pid {server_pid}) listens on port {port}")
+    raise BenchmarkError(f"no process of the server (pid {server_pid}) listens on port {port}")
 
 
 async def codec_client(session, url: str, body: dict, expected: np.ndarray) -> dict:
@@ -351,54 +336,53 @@ def main() -> int:
     parser.add_argument("--socket-frames", type=int, default=20, help="max_frames of each WebSocket segment")
     parser.add_argument("--settle-s", type=float, default=5.0, help="wait after the load before the RSS reading")
     args = parser.parse_args()
-    from vllm_omni.testing.make_checkpoint import write_checkpoint
 
     counts = scaled_counts(args.clients_scale)
     work = args.out / "serve_load"
     work.mkdir(parents=True, exist_ok=True)
-    checkpoint = work / "ckpt"
-    if not (checkpoint / "model.safetensors").is_file():
-        write_checkpoint(checkpoint, "small", seed=0, talker="tiny")
+    checkpoint = ensure_checkpoint(work / "ckpt", "small", talker="tiny")
     extra = ("--api-key", KEY, "--kv-cache-memory-bytes", str(KV_CACHE_BYTES))
-    process, url = start_server(checkpoint, work / "artifacts", work / "server.log", extra)
-    port = int(url.rsplit(":", 1)[1])
     context = multiprocessing.get_context("spawn")
     stop = context.Event()
     samples_path = work / "health.jsonl"
-    try:
-        print("[bench] reference frames, one request at a time ...", flush=True)
-        references = {
-            "codec": [
-                post_codec(url, codec_body(b["input"], b["voice"], b["language"], args.frames)) for b in SPEECH_BODIES
-            ],
-            "socket": {
-                voice: [post_codec(url, codec_body(s, voice, language, args.socket_frames)) for s in SOCKET_SENTENCES]
-                for voice, language in SOCKET_VOICES
-            },
-        }
-        api_server = api_server_process(process.pid, port)
-        time.sleep(2)
-        rss_before = api_server.memory_info().rss
-        generated_before = metric(url, "vllm:generation_tokens_total")
-        poller = context.Process(target=poll_health, args=(url, stop, str(samples_path)), daemon=True)
-        poller.start()
-        time.sleep(2)  # the poller started (spawned) and its idle latencies first
-        print(f"[bench] load: {counts} clients, an oversized and a nested body, /health every 100 ms ...", flush=True)
-        load_started, clients = asyncio.run(run_load(url, counts, args, references))
-        last_left = max(client["ended"] for client in clients)
-        while (running := metric(url, "vllm:num_requests_running")) > 0 and time.monotonic() - last_left < 60:
-            time.sleep(0.05)
-        drain_s = time.monotonic() - last_left if running == 0 else None
-        # one token per frame: the clients that left must not have had their 400 frames made anyway
-        generated = metric(url, "vllm:generation_tokens_total") - generated_before
-        time.sleep(args.settle_s)
-        rss_after = api_server.memory_info().rss
-        stop.set()
-        poller.join(timeout=60)
-    finally:
-        stop.set()
-        process.terminate()
-        process.wait(timeout=60)
+    with vllm_server(checkpoint, work / "artifacts", work / "server.log", extra) as server:
+        url, port = server.url, server.port
+        try:
+            print("[bench] reference frames, one request at a time ...", flush=True)
+            references = {
+                "codec": [
+                    post_codec(url, codec_body(b["input"], b["voice"], b["language"], args.frames))
+                    for b in SPEECH_BODIES
+                ],
+                "socket": {
+                    voice: [
+                        post_codec(url, codec_body(s, voice, language, args.socket_frames)) for s in SOCKET_SENTENCES
+                    ]
+                    for voice, language in SOCKET_VOICES
+                },
+            }
+            api_server = api_server_process(server.process.pid, port)
+            time.sleep(2)
+            rss_before = api_server.memory_info().rss
+            generated_before = metric(url, "vllm:generation_tokens_total")
+            poller = context.Process(target=poll_health, args=(url, stop, str(samples_path)), daemon=True)
+            poller.start()
+            time.sleep(2)  # the poller started (spawned) and its idle latencies first
+            print(
+                f"[bench] load: {counts} clients, an oversized and a nested body, /health every 100 ms ...", flush=True
+            )
+            load_started, clients = asyncio.run(run_load(url, counts, args, references))
+            last_left = max(client["ended"] for client in clients)
+            drained = drain(url, limit_s=60 - (time.monotonic() - last_left), every_s=0.05)
+            drain_s = None if drained is None else time.monotonic() - last_left
+            # one token per frame: the clients that left must not have had their 400 frames made anyway
+            generated = metric(url, "vllm:generation_tokens_total") - generated_before
+            time.sleep(args.settle_s)
+            rss_after = api_server.memory_info().rss
+            stop.set()
+            poller.join(timeout=60)
+        finally:
+            stop.set()
 
     health = [json.loads(line) for line in samples_path.read_text().splitlines()]
     latencies = [sample["latency_s"] for sample in health]
@@ -467,24 +451,25 @@ def main() -> int:
         f"{NESTING_DEPTH:,}-deep body; load {load_s:.1f} s; {generated:.0f} frames made by the engine, "
         f"{received} received by the streaming clients",
         "",
-        "| check | measured | bar | pass |",
-        "| --- | --- | --- | --- |",
-        *(f"| {c['check']} | {c['measured']} | {c['bar']} | {'yes' if c['ok'] else 'NO'} |" for c in checks),
+        table(
+            ("check", "measured", "bar", "pass"),
+            ((c["check"], c["measured"], c["bar"], "yes" if c["ok"] else "NO") for c in checks),
+            align="llll",
+        ),
         "",
-        "| clients | count | ok | first byte mean / max (s) | seconds mean / max |",
-        "| --- | ---: | ---: | ---: | ---: |",
-        *(
-            f"| {kind} | {len(rows)} | {sum(c['ok'] for c in rows)} | {seconds(kind, 'first_byte_s')} | "
-            f"{seconds(kind)} |"
-            for kind, rows in by_kind.items()
+        table(
+            ("clients", "count", "ok", "first byte mean / max (s)", "seconds mean / max"),
+            (
+                (kind, len(rows), sum(c["ok"] for c in rows), seconds(kind, "first_byte_s"), seconds(kind))
+                for kind, rows in by_kind.items()
+            ),
         ),
     ]
     problems = [f"- {c['kind']}: {c['problem']}" for c in clients if c["problem"]]
     if problems:
         more = [f"- ... {len(problems) - 20} more"] if len(problems) > 20 else []
         lines += ["", "Problems:", *problems[:20], *more]
-    table = "\n".join(lines)
-    args.out.mkdir(parents=True, exist_ok=True)
+    text = "\n".join(lines)
     report = {
         "random_weights": True,
         "counts": counts,
@@ -508,9 +493,9 @@ def main() -> int:
         "checks": checks,
         "clients": [{key: value for key, value in c.items() if key != "ended"} for c in clients],
     }
-    (args.out / "serve_load.json").write_text(json.dumps(report, indent=2))
-    (args.out / "serve_load.md").write_text(table + "\n")
-    print("\n" + table)
+    write_json(args.out / "serve_load.json", report)
+    (args.out / "serve_load.md").write_text(text + "\n")
+    print("\n" + text)
     failed = [c["check"] for c in checks if not c["ok"]]
     if failed:
         print(f"\nFAILED: {'; '.join(failed)}", file=sys.stderr)
@@ -518,4 +503,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

@@ -1,6 +1,6 @@
 """The exact CPU decode (stateful step on onnxruntime) against this machine's roofline, and its first audio.
 
-    python benchmarks/bench_stateful.py --out out/bench [--geometry released|small] [--steps 1 2 4 8 16]
+    python -m benchmarks.bench_stateful --out out/bench [--geometry released|small] [--steps 1 2 4 8 16]
 
 RANDOM WEIGHTS (a released-layout checkpoint written by make_checkpoint, reused across runs). The
 plan is the real ``cpu_x86_64`` build (one dynamic step graph, B = 1..16, first step 2), built or
@@ -34,14 +34,23 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from workers import count_macs, peak_rss_mb, run_worker, time_full_decode
+from benchmarks.harness import (
+    count_macs,
+    ensure_checkpoint,
+    full_decode,
+    number,
+    peak_rss_mb,
+    plot,
+    print_result,
+    run_cli,
+    run_worker,
+    table,
+    write_json,
+)
 
 THREADS = 2
 FIRST_STEP = 2
@@ -97,8 +106,8 @@ def worker_step(args) -> dict:
     """Decode the stream at B frames per step through one graph (the plan's, or a static NPU-form one)."""
     import numpy as np
 
-    from vllm_omni.edge.backends.onnxruntime import OnnxStepGraph
-    from vllm_omni.edge.backends.onnxruntime_cache import OptimizedModelCache
+    from vllm_omni.edge.backends.onnx.run import OnnxStepGraph
+    from vllm_omni.edge.backends.onnx.session_cache import OptimizedModelCache
     from vllm_omni.edge.files import file_sha256
     from vllm_omni.edge.runtime import StatefulDecoder
 
@@ -136,7 +145,7 @@ def worker_profile(args) -> dict:
     import numpy as np
     import onnxruntime as ort
 
-    from vllm_omni.edge.backends.onnxruntime_cache import CPU, session_options
+    from vllm_omni.edge.backends.onnx.session_cache import CPU, session_options
     from vllm_omni.edge.graphs.step_contract import StepContract
     from vllm_omni.edge.runtime import StatefulDecoder
 
@@ -231,7 +240,7 @@ def worker_two_sessions(args) -> dict:
     """Peak RSS of decoding the stream with two NPU-form graphs (B=2 first, B=16 main): two weight copies."""
     import numpy as np
 
-    from vllm_omni.edge.backends.onnxruntime import OnnxStepRunner
+    from vllm_omni.edge.backends.onnx.run import OnnxStepRunner
     from vllm_omni.edge.runtime import StatefulDecoder
 
     main, first = OnnxStepRunner(args.graph, THREADS), OnnxStepRunner(args.first_graph, THREADS)
@@ -242,18 +251,12 @@ def worker_two_sessions(args) -> dict:
     return {"config": "two npu-form sessions", "stream_peak_rss_mb": peak_rss_mb()}
 
 
-def worker_full(args) -> dict:
-    full = time_full_decode(args.model, args.codes, args.audio_out)
-    return {"config": "full decode (eager)", **full}
-
-
 WORKERS = {
     "conv_peak": worker_conv_peak,
     "step": worker_step,
     "profile": worker_profile,
     "first_audio": worker_first_audio,
     "two_sessions": worker_two_sessions,
-    "full": worker_full,
 }
 
 
@@ -297,15 +300,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--utterances", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--worker", choices=sorted(WORKERS))
-    for name in ("graph", "first-graph", "codes", "audio-out", "model", "plan", "label", "shapes"):
+    parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    for name in ("graph", "first-graph", "codes", "audio-out", "plan", "label", "shapes"):
         parser.add_argument(f"--{name}")
     parser.add_argument("--step-frames", type=int)
     parser.add_argument("--cached", action="store_true")
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(WORKERS[args.worker](args)))
-        return 0
+        return print_result(WORKERS[args.worker](args))
     return run(args)
 
 
@@ -315,14 +317,13 @@ def run(args) -> int:
     import numpy as np
 
     from vllm_omni.edge.audio import snr_db
-    from vllm_omni.edge.backends.onnx import export_step_onnx
+    from vllm_omni.edge.backends.onnx.export import export_step_onnx
     from vllm_omni.edge.builders.registry import build
     from vllm_omni.edge.builders.request import BuildRequest
     from vllm_omni.edge.checkpoint import load_code2wav_decoder, resolve_speech_tokenizer
     from vllm_omni.edge.hardware.registry import get_hardware_class
     from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
     from vllm_omni.testing.codes import random_codes
-    from vllm_omni.testing.make_checkpoint import ensure_checkpoint
 
     logging.basicConfig(level=logging.WARNING, format="[%(name)s] %(message)s")
     main_step = max(args.steps)
@@ -362,19 +363,13 @@ def run(args) -> int:
     del decoder
 
     def worker(name: str, **options) -> dict:
-        extra = ["--worker", name]
-        for key, value in options.items():
-            if value is True:
-                extra.append(f"--{key.replace('_', '-')}")
-            elif value is not None and value is not False:
-                extra += [f"--{key.replace('_', '-')}", str(value)]
-        return run_worker(__file__, extra)
+        return run_worker(__spec__.name, name, **options)
 
     print("[bench] conv peak", flush=True)
     peak = worker("conv_peak", shapes=shapes_path, repeats=args.repeats)
     roofline_rtf = gflop_per_audio_second / peak["peak_gflops"]
     print("[bench] full decode", flush=True)
-    full = worker("full", model=model, codes=codes_path, audio_out=work / "full.npy")
+    full = {"config": "full decode (eager)", **full_decode(model, codes_path, work / "full.npy")}
     reference = np.load(work / "full.npy")
     steps = []
     runs = [(f"step B={size}", graph, size, True) for size in args.steps]
@@ -446,7 +441,7 @@ def run(args) -> int:
             "plan_files": sorted({a.file for a in plan.artifacts.values()}),
         },
     }
-    (args.out / "stateful.json").write_text(json.dumps(report, indent=2))
+    write_json(args.out / "stateful.json", report)
     plots = write_plots(report, args.out)
     print_table(report)
     print(f"-> {args.out / 'stateful.json'}" + "".join(f", {p}" for p in plots))
@@ -465,14 +460,17 @@ def print_table(report: dict) -> None:
         f"roofline: {report['gflop_per_audio_second']:.1f} GFLOP per audio second / conv peak "
         f"{report['conv_peak_gflops']:.0f} GFLOP/s = RTF {report['roofline_rtf']:.3f}"
     )
-    print(f"{'config':>18} {'RTF':>7} {'x roofline':>11} {'x full':>7} {'step ms':>8} {'SNR dB':>7} {'RSS MB':>7}")
     full = report["full_decode"]
-    print(f"{full['config']:>18} {full['rtf']:>7.3f} {full['rtf'] / report['roofline_rtf']:>11.2f} {1:>7.2f}")
+    rows = [(full["config"], number(full["rtf"], 3), number(full["rtf"] / report["roofline_rtf"]), "1.00")]
+    rows[0] += ("-", "-", number(full["peak_rss_mb"], 0))
     for row in report["steps"]:
-        print(
-            f"{row['config']:>18} {row['rtf']:>7.3f} {row['x_roofline']:>11.2f} {row['x_full']:>7.2f} "
-            f"{row['step_seconds'] * 1e3:>8.1f} {row['snr_db_vs_full']:>7.1f} {row['peak_rss_mb']:>7.0f}"
-        )
+        rows.append(
+            (
+                row["config"], number(row["rtf"], 3), number(row["x_roofline"]), number(row["x_full"]),
+                number(row["step_seconds"] * 1e3, 1), number(row["snr_db_vs_full"], 1), number(row["peak_rss_mb"], 0),
+            )
+        )  # fmt: skip
+    print(table(("config", "RTF", "x roofline", "x full", "step ms", "SNR dB", "RSS MB"), rows))
     frame_seconds = report["stream_seconds"] / report["stream_frames"]
     for profile in (report["profile"], report["profile_first_step"]):
         frames, steps = profile["step_frames"], profile["steps"]
@@ -481,18 +479,19 @@ def print_table(report: dict) -> None:
             f"\nwhere the B={frames} step's time goes (onnxruntime profiler, {profile['total_ms'] / steps:.1f} ms "
             f"of kernels per step; roofline {roofline_ms:.1f} ms):"
         )
-        for row in profile["rows"][:10]:
-            print(f"  {row['op']:>28} {row['share'] * 100:5.1f}% {row['ms'] / steps:7.2f} ms")
-    print(
-        f"\n{'first audio (open + 1st step)':>28} {'s':>6} {'plan':>7} {'session':>8} {'1st step':>8} "
-        f"{'| imports':>9} {'onnxruntime':>11} {'from start':>10}"
-    )
-    for row in report["first_audio"]:
-        print(
-            f"{row['config']:>28} {row['first_audio_seconds']:>6.3f} {row['plan_seconds']:>7.3f} "
-            f"{row['session_seconds']:>8.3f} {row['first_step_seconds']:>8.3f} {row['imports_seconds']:>9.3f} "
-            f"{row['runtime_import_seconds']:>11.3f} {row['from_process_start_seconds']:>10.3f}"
+        ops = [(row["op"], f"{row['share'] * 100:.1f}%", number(row["ms"] / steps)) for row in profile["rows"][:10]]
+        print(table(("op", "share", "ms per step"), ops))
+    print()
+    headers = ("first audio (open + 1st step)", "s", "plan", "session", "1st step", "imports", "onnxruntime")
+    rows = [
+        (
+            row["config"], number(row["first_audio_seconds"], 3), number(row["plan_seconds"], 3),
+            number(row["session_seconds"], 3), number(row["first_step_seconds"], 3), number(row["imports_seconds"], 3),
+            number(row["runtime_import_seconds"], 3), number(row["from_process_start_seconds"], 3),
         )
+        for row in report["first_audio"]
+    ]  # fmt: skip
+    print(table((*headers, "from start"), rows))
     cold = report["first_audio"][1]
     if "warm_first_step_seconds" in cold:
         print(
@@ -512,47 +511,38 @@ def print_table(report: dict) -> None:
 
 def write_plots(report: dict, out: Path) -> list[Path]:
     """RTF per step size against the roofline, and the first-audio breakdown (PNG; needs matplotlib)."""
-    try:
-        import matplotlib
 
-        matplotlib.use("Agg")
-        from matplotlib import pyplot
-    except ImportError:
-        print("[bench] matplotlib is not installed: no plots (pip install matplotlib)")
-        return []
-    rows = report["steps"]
-    figure, axes = pyplot.subplots(figsize=(7, 4))
-    labels = [row["config"] for row in rows] + ["full decode"]
-    values = [row["rtf"] for row in rows] + [report["full_decode"]["rtf"]]
-    axes.bar(labels, values, color=["tab:blue"] * (len(rows) - 1) + ["tab:gray", "tab:gray"])
-    axes.axhline(report["roofline_rtf"], color="tab:red", label=f"roofline {report['roofline_rtf']:.3f}")
-    axes.axhline(1.2 * report["roofline_rtf"], color="tab:red", linestyle="--", label="1.2 x roofline")
-    axes.set_ylabel("real-time factor (lower is faster)")
-    axes.set_title(f"stateful step, onnxruntime, {report['geometry']} geometry, random weights")
-    axes.tick_params(axis="x", labelrotation=30)
-    axes.legend()
-    figure.tight_layout()
-    rtf_path = out / "stateful_rtf.png"
-    figure.savefig(rtf_path, dpi=110)
-    pyplot.close(figure)
+    def rtf(pyplot):
+        rows = report["steps"]
+        figure, axes = pyplot.subplots(figsize=(7, 4))
+        labels = [row["config"] for row in rows] + ["full decode"]
+        values = [row["rtf"] for row in rows] + [report["full_decode"]["rtf"]]
+        axes.bar(labels, values, color=["tab:blue"] * (len(rows) - 1) + ["tab:gray", "tab:gray"])
+        axes.axhline(report["roofline_rtf"], color="tab:red", label=f"roofline {report['roofline_rtf']:.3f}")
+        axes.axhline(1.2 * report["roofline_rtf"], color="tab:red", linestyle="--", label="1.2 x roofline")
+        axes.set_ylabel("real-time factor (lower is faster)")
+        axes.set_title(f"stateful step, onnxruntime, {report['geometry']} geometry, random weights")
+        axes.tick_params(axis="x", labelrotation=30)
+        axes.legend()
+        return figure
 
-    figure, axes = pyplot.subplots(figsize=(7, 3.5))
-    parts = ("plan_seconds", "session_seconds", "first_step_seconds")
-    names = [row["config"] for row in report["first_audio"]]
-    left = [0.0] * len(names)
-    for part in parts:
-        widths = [row[part] for row in report["first_audio"]]
-        axes.barh(names, widths, left=left, label=part.removesuffix("_seconds").replace("_", " "))
-        left = [a + b for a, b in zip(left, widths, strict=True)]
-    axes.axvline(0.5, color="tab:red", linestyle="--", label="0.5 s goal")
-    axes.set_xlabel("seconds from open_decoder(plan) to the first audio (imports apart)")
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    first_path = out / "stateful_first_audio.png"
-    figure.savefig(first_path, dpi=110)
-    pyplot.close(figure)
-    return [rtf_path, first_path]
+    def first_audio(pyplot):
+        figure, axes = pyplot.subplots(figsize=(7, 3.5))
+        parts = ("plan_seconds", "session_seconds", "first_step_seconds")
+        names = [row["config"] for row in report["first_audio"]]
+        left = [0.0] * len(names)
+        for part in parts:
+            widths = [row[part] for row in report["first_audio"]]
+            axes.barh(names, widths, left=left, label=part.removesuffix("_seconds").replace("_", " "))
+            left = [a + b for a, b in zip(left, widths, strict=True)]
+        axes.axvline(0.5, color="tab:red", linestyle="--", label="0.5 s goal")
+        axes.set_xlabel("seconds from open_decoder(plan) to the first audio (imports apart)")
+        axes.legend(fontsize=8)
+        return figure
+
+    drawn = [plot(out / "stateful_rtf.png", rtf), plot(out / "stateful_first_audio.png", first_audio)]
+    return [path for path in drawn if path is not None]
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

@@ -1,6 +1,6 @@
 """Talker speed: codec frames per second on vLLM's engine against the official talker, same run.
 
-    .venv-vllm/bin/python benchmarks/bench_talker.py --out out/bench [--geometry tiny 0.6b] [--frames 50]
+    .venv-vllm/bin/python -m benchmarks.bench_talker --out out/bench [--geometry tiny 0.6b] [--frames 50]
         [--concurrency 1 4 8 16] [--profile-concurrency 1 8]
 
 RANDOM WEIGHTS (checkpoints written by ``make_checkpoint --talker``, kept under ``--out`` across
@@ -30,19 +30,27 @@ frame, the speed-up of vLLM over the official talker at the same concurrency, an
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks.harness import (
+    REPO_ROOT,
+    ensure_checkpoint,
+    number,
+    peak_rss_mb,
+    plot,
+    print_result,
+    run_cli,
+    run_worker,
+    table,
+    write_json,
+)
 
-from workers import peak_rss_mb  # noqa: E402
-
-ORACLE_PYTHON = ROOT / ".venv-oracle" / "bin" / "python"
+ORACLE_PYTHON = REPO_ROOT / ".venv-oracle" / "bin" / "python"
+TALKER_ORACLE = REPO_ROOT / "tools" / "oracle" / "qwen_tts_talker_oracle.py"
 TEXTS = [
     ("Hello there, this is a test of the talker.", "Ryan", "English"),
     ("Good morning, how are you today?", "Vivian", "Auto"),
@@ -59,8 +67,10 @@ def official_worker(checkpoint: Path, frames: int, concurrency: int) -> dict:
     """Runs in .venv-oracle: the official batched generate, after a short warm-up."""
     import torch
 
-    sys.path.insert(0, str(ROOT / "tools" / "oracle"))
-    import qwen_tts_talker_oracle as oracle
+    spec = importlib.util.spec_from_file_location("qwen_tts_talker_oracle", TALKER_ORACLE)
+    oracle = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = oracle
+    spec.loader.exec_module(oracle)
 
     torch.set_num_threads(2)
     official = oracle.import_official()
@@ -261,41 +271,14 @@ def weight_bytes_per_step(checkpoint: Path) -> dict:
 
 
 def run(python: Path, runtime: str, checkpoint: Path | None, frames: int, concurrency: int) -> dict:
-    command = [str(python), __file__, "--worker", runtime, "--checkpoint", str(checkpoint or "")]
-    command += ["--dtype", "bfloat16" if runtime == "vllm-bf16" else "float32"]
-    command += ["--frames", str(frames), "--concurrency", str(concurrency)]
-    completed = subprocess.run(command, capture_output=True, text=True)
-    if completed.returncode != 0:
-        raise SystemExit(f"{runtime} worker (c={concurrency}) failed:\n{completed.stderr[-3000:]}")
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+    """One worker in its own process (``python``: the venv of its runtime)."""
+    dtype = "bfloat16" if runtime == "vllm-bf16" else "float32"
+    options = {"checkpoint": checkpoint, "dtype": dtype, "frames": frames, "concurrency": concurrency}
+    return run_worker(__spec__.name, runtime, python=python, **options)
 
 
-def ensure_checkpoint(out: Path, geometry: str) -> Path:
-    from vllm_omni.testing.make_checkpoint import write_checkpoint
-
-    path = out / f"talker-{geometry}"
-    config = path / "config.json"
-    if config.is_file() and json.loads(config.read_text()).get("random_weights", {}).get("talker_geometry") == geometry:
-        return path
-    print(f"[bench] writing a random-weight {geometry} talker checkpoint to {path}", flush=True)
-    return write_checkpoint(path, "small", seed=0, talker=geometry)
-
-
-def write_plot(report: dict, out: Path) -> Path | None:
-    """Aggregate frames/s against concurrency, per geometry: both runtimes and the roofline (needs matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        from matplotlib import pyplot
-    except ImportError:  # .venv-vllm has no matplotlib: the main venv draws it
-        main_python = ROOT / ".venv" / "bin" / "python"
-        if Path(sys.executable) != main_python and main_python.exists():
-            completed = subprocess.run([str(main_python), __file__, "--plot", str(out)], capture_output=True, text=True)
-            if completed.returncode == 0:
-                return out / "talker_fps.png"
-        print("[bench] matplotlib is not installed: no plot (pip install matplotlib)")
-        return None
+def draw(pyplot, report: dict):
+    """Aggregate frames/s against concurrency, per geometry: both runtimes and the roofline."""
     geometries = list(dict.fromkeys(row["geometry"] for row in report["rows"]))
     figure, axes = pyplot.subplots(1, len(geometries), figsize=(5.5 * len(geometries), 4), squeeze=False)
     for axis, geometry in zip(axes[0], geometries, strict=True):
@@ -311,11 +294,14 @@ def write_plot(report: dict, out: Path) -> Path | None:
         axis.set_title(f"talker {geometry}, fp32, 2 threads, random weights")
         axis.set_yscale("log")
         axis.legend()
-    figure.tight_layout()
-    path = out / "talker_fps.png"
-    figure.savefig(path, dpi=110)
-    pyplot.close(figure)
-    return path
+    return figure
+
+
+def write_plot(report: dict, out: Path) -> Path | None:
+    """``talker_fps.png`` (the serving venv has no matplotlib: the main venv draws it from ``talker.json``)."""
+    return plot(
+        out / "talker_fps.png", lambda pyplot: draw(pyplot, report), elsewhere=[__spec__.name, "--plot", str(out)]
+    )
 
 
 def main() -> int:
@@ -337,19 +323,17 @@ def main() -> int:
     if args.worker:
         workers = {"official": official_worker, "vllm": vllm_worker, "profile": profile_worker}
         if args.worker == "bandwidth":
-            print(json.dumps(bandwidth_worker()))
-        elif args.worker == "vllm-bf16":
-            print(json.dumps(vllm_worker(args.checkpoint, args.frames, args.concurrency[0], args.dtype)))
-        else:
-            print(json.dumps(workers[args.worker](args.checkpoint, args.frames, args.concurrency[0])))
-        return 0
+            return print_result(bandwidth_worker())
+        if args.worker == "vllm-bf16":
+            return print_result(vllm_worker(args.checkpoint, args.frames, args.concurrency[0], args.dtype))
+        return print_result(workers[args.worker](args.checkpoint, args.frames, args.concurrency[0]))
 
     args.out.mkdir(parents=True, exist_ok=True)
     print("[bench] memory bandwidth ...", flush=True)
     bandwidth = run(Path(sys.executable), "bandwidth", None, 0, 1)["read_gb_s"]
     rows, profiles, roofline = [], [], {}
     for geometry in args.geometry:
-        checkpoint = ensure_checkpoint(args.out, geometry)
+        checkpoint = ensure_checkpoint(args.out / f"talker-{geometry}", "small", talker=geometry)
         weights = weight_bytes_per_step(checkpoint)
         roofline[geometry] = {**weights, "fps_per_request_slot": bandwidth * 1e9 / weights["per_step"]}
         for concurrency in args.concurrency:
@@ -371,15 +355,14 @@ def main() -> int:
             profiles.append({"geometry": geometry, "concurrency": concurrency, **profile})
     report = {"random_weights": True, "frames": args.frames, "threads": 2, "bandwidth_read_gb_s": bandwidth,
               "roofline": roofline, "rows": rows, "profiles": profiles}  # fmt: skip
-    (args.out / "talker.json").write_text(json.dumps(report, indent=2))
-    plot = write_plot(report, args.out)
+    write_json(args.out / "talker.json", report)
+    drawn = write_plot(report, args.out)
 
     print(f"\nTalker, greedy, {args.frames} frames per request, RANDOM WEIGHTS, fp32 (vllm-bf16: bf16), 2 threads "
           f"(frames/s; 12.5 = 1 s of speech). Memory bandwidth {bandwidth:.1f} GB/s read.")  # fmt: skip
-    print("| geometry | c | runtime | aggregate fps | per-request fps | first frame (s) | vs official | "
-          "roofline fps | of roofline | frames = fp32 | peak RSS MB |")  # fmt: skip
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    baseline = {}
+    headers = ("geometry", "c", "runtime", "aggregate fps", "per-request fps", "first frame (s)", "vs official")
+    headers += ("roofline fps", "of roofline", "frames = fp32", "peak RSS MB")
+    lines, baseline = [], {}
     for row in rows:
         per_request = sum(row["per_request_fps"]) / len(row["per_request_fps"])
         key = (row["geometry"], row["concurrency"])
@@ -388,36 +371,40 @@ def main() -> int:
         ratio = row["aggregate_fps"] / baseline[key] if key in baseline else float("nan")
         halved = 2 if row["runtime"] == "vllm-bf16" else 1  # bf16 weights: half the bytes per step
         ceiling = row["concurrency"] * roofline[row["geometry"]]["fps_per_request_slot"] * halved
-        print(
-            f"| {row['geometry']} | {row['concurrency']} | {row['runtime']} | {row['aggregate_fps']:.1f} | "
-            f"{per_request:.1f} | {row['first_frame_s']:.2f} | {ratio:.2f}x | {ceiling:.1f} | "
-            f"{row['aggregate_fps'] / ceiling:.0%} | "
-            f"{'' if row['frames_equal_fp32'] is None else format(row['frames_equal_fp32'], '.0%')} | "
-            f"{row['peak_rss_mb']:.0f} |"
-        )
+        agreement = row["frames_equal_fp32"]
+        lines.append(
+            (
+                row["geometry"], row["concurrency"], row["runtime"], number(row["aggregate_fps"], 1),
+                number(per_request, 1), number(row["first_frame_s"]), f"{ratio:.2f}x", number(ceiling, 1),
+                f"{row['aggregate_fps'] / ceiling:.0%}", None if agreement is None else f"{agreement:.0%}",
+                number(row["peak_rss_mb"], 0),
+            )
+        )  # fmt: skip
+    print(table(headers, lines, align="lrlrrrrrrrr"))
     print("\nFirst frame of one request alone (s): the first after start-up, and the next")
-    print("| geometry | runtime | first request | next request | ratio |")
-    print("| --- | --- | ---: | ---: | ---: |")
-    for row in rows:
-        if "cold_first_frame_s" in row:
-            cold, warm = row["cold_first_frame_s"], row["warm_first_frame_s"]
-            print(f"| {row['geometry']} | {row['runtime']} | {cold:.3f} | {warm:.3f} | {cold / warm:.2f}x |")
+    lines = [
+        (row["geometry"], row["runtime"], number(row["cold_first_frame_s"], 3), number(row["warm_first_frame_s"], 3),
+         f"{row['cold_first_frame_s'] / row['warm_first_frame_s']:.2f}x")
+        for row in rows
+        if "cold_first_frame_s" in row
+    ]  # fmt: skip
+    print(table(("geometry", "runtime", "first request", "next request", "ratio"), lines, align="llrrr"))
     print("\nWhere a vLLM engine step goes (in-process engine, greedy):")
-    print("| geometry | c | frames/s | code predictor | sampler (widened vocabulary) | rest of the step |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for row in profiles:
-        rest = 1 - row["code_predictor_share"] - row["sampler_share"]
-        print(
-            f"| {row['geometry']} | {row['concurrency']} | {row['frames_made'] / row['seconds']:.1f} | "
-            f"{row['code_predictor_share']:.1%} | {row['sampler_share']:.1%} | {rest:.1%} |"
-        )
+    headers = ("geometry", "c", "frames/s", "code predictor", "sampler (widened vocabulary)", "rest of the step")
+    lines = [
+        (row["geometry"], row["concurrency"], number(row["frames_made"] / row["seconds"], 1),
+         f"{row['code_predictor_share']:.1%}", f"{row['sampler_share']:.1%}",
+         f"{1 - row['code_predictor_share'] - row['sampler_share']:.1%}")
+        for row in profiles
+    ]  # fmt: skip
+    print(table(headers, lines))
     for geometry, row in roofline.items():
         print(f"{geometry}: {row['per_step'] / 1e9:.2f} GB of weights per step ({row['talker'] / 1e9:.2f} talker + "
               f"{row['passes']} x {row['code_predictor_pass'] / 1e9:.3f} code predictor)")  # fmt: skip
-    if plot:
-        print(f"plot: {plot}")
+    if drawn:
+        print(f"plot: {drawn}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

@@ -1,11 +1,11 @@
 """Text written by an LLM while it is spoken: one streamed talker request vs sentence segments vs the whole text.
 
-    .venv-vllm/bin/python benchmarks/bench_text_stream.py --out out/bench [--sizes tiny 0.6b] [--rates 5 15 50]
+    .venv-vllm/bin/python -m benchmarks.bench_text_stream --out out/bench [--sizes tiny 0.6b] [--rates 5 15 50]
         [--sessions 1 4 8] [--max-frames N]
-    .venv/bin/python benchmarks/bench_text_stream.py --out out/bench --plot-only   # table + PNG from the JSON
+    .venv/bin/python -m benchmarks.bench_text_stream --out out/bench --plot-only   # table + PNG from the JSON
 
 RANDOM WEIGHTS (``make_checkpoint --geometry small --talker SIZE``, written under ``--out``). For each talker
-size, one ``vllm serve --omni --edge-hardware cpu_x86_64`` on 127.0.0.1 (``bench_serve.start_server``). A
+size, one ``vllm serve --omni --edge-hardware cpu_x86_64`` on 127.0.0.1 (``harness.vllm_server``). A
 simulated LLM writes a fixed English paragraph as tokens at ``RATE`` tokens/s (a token: one token of the
 talker's own text tokenizer, so the rate is the talker's text rate, which it consumes at 12.5 tokens/s;
 ``--piece-chars N`` cuts N-character pieces instead) into ``SESSIONS`` sessions at once, in three modes
@@ -28,9 +28,9 @@ EOS: every request runs to its budget, so the three modes make the same number o
 Per session, from the LLM's first token: the first frame received, the first decoded sample, and the
 speaker's stalls: playback modelled as 80 ms of audio per frame, starting once ``--jitter-ms`` of audio is
 buffered after the first audio; every time the buffered audio runs out before more is decoded, the speaker
-waits until ``--jitter-ms`` is buffered again (the client's ``PlaybackClock``); the stall time is the sum of
-those waits. Writes ``text_stream_SIZE.json`` per size, and ``text_stream.md`` and ``text_stream.png`` from
-every ``text_stream_*.json`` under ``--out``; prints the table.
+waits until ``--jitter-ms`` is buffered again (the client's ``PlaybackClock``, through ``harness.speaker``); the
+stall time is the sum of those waits. Writes ``text_stream_SIZE.json`` per size, and ``text_stream.md`` and
+``text_stream.png`` from every ``text_stream_*.json`` under ``--out``; prints the table.
 """
 
 from __future__ import annotations
@@ -49,10 +49,18 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench_serve import start_server  # noqa: E402 (benchmarks/ is the script's directory)
+from benchmarks.harness import (
+    BenchmarkError,
+    drain,
+    ensure_checkpoint,
+    number,
+    plot,
+    run_cli,
+    speaker,
+    table,
+    vllm_server,
+    write_json,
+)
 
 TALKER_FRAME_RATE = 12.5  # frames per second of speech, one text token per talker step in the streamed layout
 FRAME_SECONDS = 1 / TALKER_FRAME_RATE
@@ -104,7 +112,7 @@ def commit_schedule(checkpoint: Path, pieces: list[str]) -> list[int]:
     committed once the next one starts), and after the end of the text (the last item). Run in a child process:
     the tokenizer's module imports torch, which this process keeps out (it times onnxruntime)."""
     result = subprocess.run(
-        [sys.executable, __file__, "--commit-schedule", str(checkpoint)],
+        [sys.executable, "-m", __spec__.name, "--commit-schedule", str(checkpoint)],
         input=json.dumps(pieces), capture_output=True, text=True, timeout=600, check=True,
     )  # fmt: skip
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -179,39 +187,6 @@ class TimedReader:
         except Exception:  # a cut-off stream: what arrived whole (its error is the client's report)
             pass
         return arrivals
-
-
-def playback(arrivals: list[tuple[float, float]], jitter_s: float) -> dict:
-    """The speaker (as ``PlaybackClock``): ``arrivals`` are ``(time, audio seconds)`` as decoded. Playback starts
-    once ``jitter_s`` is buffered (or at the last arrival: the stream is over); when the queued audio ends before
-    more arrives, it stalls until ``jitter_s`` is buffered again. Times are those of ``arrivals``."""
-    start = dry_at = playing_until = None
-    buffered = 0.0
-    stalls: list[float] = []
-    playing: list[list[float]] = []  # [from, to] of each stretch the speaker plays
-    for index, (now, seconds) in enumerate(arrivals):
-        if playing_until is not None and now > playing_until:
-            dry_at, playing_until, buffered = playing_until, None, 0.0
-        if playing_until is not None:
-            playing_until += seconds
-            playing[-1][1] = playing_until
-            continue
-        buffered += seconds
-        if buffered >= jitter_s or index == len(arrivals) - 1:
-            if start is None:
-                start = now
-            else:
-                stalls.append(now - dry_at)
-            playing_until, buffered = now + buffered, 0.0
-            playing.append([now, playing_until])
-    return {
-        "start": start,
-        "end": playing_until,
-        "playing": playing,
-        "stall_s": float(sum(stalls)),
-        "stalls": len(stalls),
-        "longest_stall_s": float(max(stalls, default=0.0)),
-    }
 
 
 @dataclass
@@ -293,9 +268,9 @@ def run_session(
 def session_result(session: Session, t0: float, samples_per_frame: int, jitter_s: float, commits: list[int]) -> dict:
     arrivals = session.stream.frame_arrivals() if session.stream is not None else []
     audio = [(when, samples / samples_per_frame * FRAME_SECONDS) for when, samples in session.audio if samples]
-    speaker = playback(audio, jitter_s)
+    played = speaker(audio, jitter_s)
     # the same speaker fed each frame as it arrives (a decoder that steps every frame): the server's part
-    wire = playback([(when, count * FRAME_SECONDS) for when, count in arrivals], jitter_s)
+    wire = speaker([(when, count * FRAME_SECONDS) for when, count in arrivals], jitter_s)
     report = session.report
     frames_at = [[when - t0, count] for when, count in arrivals]
     lags = frame_lags(frames_at, session.piece_times, commits) if session.mode == "stream" else []
@@ -307,11 +282,11 @@ def session_result(session: Session, t0: float, samples_per_frame: int, jitter_s
     return {
         "first_frame_s": since(arrivals[0][0]) if arrivals else None,
         "first_audio_s": since(audio[0][0]) if audio else None,
-        "playback_start_s": since(speaker["start"]),
-        "playback_end_s": since(speaker["end"]),
-        "stall_s": speaker["stall_s"],
-        "stalls": speaker["stalls"],
-        "longest_stall_s": speaker["longest_stall_s"],
+        "playback_start_s": since(played["start"]),
+        "playback_end_s": since(played["end"]),
+        "stall_s": played["stall_s"],
+        "stalls": played["stalls"],
+        "longest_stall_s": played["longest_stall_s"],
         "wire_stall_s": wire["stall_s"],
         "wire_stalls": wire["stalls"],
         "frame_lag_p50_s": float(np.median(lags)) if lags else None,
@@ -330,31 +305,9 @@ def session_result(session: Session, t0: float, samples_per_frame: int, jitter_s
         # the timeline of this session: frames received and audio decoded (cumulative seconds of speech)
         "frames_at": [[round(since(when), 4), count] for when, count in arrivals],
         "audio_at": [[round(since(when), 4), round(seconds, 4)] for when, seconds in audio],
-        "playing": [[round(since(a), 4), round(since(b), 4)] for a, b in speaker["playing"]],
+        "playing": [[round(since(a), 4), round(since(b), 4)] for a, b in played["playing"]],
         "pieces_at": [round(t, 4) for t in session.piece_times],
     }
-
-
-def requests_running(url: str) -> float:
-    import urllib.request
-
-    with urllib.request.urlopen(url + "/metrics", timeout=30) as response:
-        text = response.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("vllm:num_requests_running{") or line.startswith("vllm:num_requests_running ")
-    )
-
-
-def drain(url: str, limit_s: float = 60.0) -> bool:
-    """Until the engine runs no request (a run that left one behind must not load the next), at most ``limit_s``."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if requests_running(url) == 0:
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def run_config(url: str, plan, settings: dict, mode: str, rate: float, sessions: int, args, label: str) -> list:
@@ -408,7 +361,7 @@ def run_config(url: str, plan, settings: dict, mode: str, rate: float, sessions:
 
     spf, jitter_s = plan.codec.samples_per_frame, args.jitter_ms / 1000
     results = [session_result(s, t0, spf, jitter_s, settings["commits"]) for s in clients]
-    if not drain(url):
+    if drain(url) is None:
         print(f"[bench]   {label}: the engine still runs requests 60 s after the run", flush=True)
     return results
 
@@ -453,11 +406,7 @@ def bench_size(size: str, args) -> Path:
     sentences = args.sentences or defaults.sentences
     work = args.out / "text_stream" / size
     work.mkdir(parents=True, exist_ok=True)
-    checkpoint = work / "ckpt"
-    if not (checkpoint / "model.safetensors").is_file():
-        print(f"[bench] {size}: writing a random-weight checkpoint ...", flush=True)
-        command = [sys.executable, "-m", "vllm_omni.testing.make_checkpoint", "--geometry", "small"]
-        subprocess.run([*command, "--talker", size, "--out", str(checkpoint)], check=True, timeout=1800)
+    checkpoint = ensure_checkpoint(work / "ckpt", "small", talker=size)  # written in a child: no torch here
     text, pieces, tokens = paragraph_pieces(checkpoint / "tokenizer.json", sentences, args.piece_chars)
     commits = commit_schedule(checkpoint, pieces)
     settings = {
@@ -474,13 +423,14 @@ def bench_size(size: str, args) -> Path:
         flush=True,
     )
     started = time.monotonic()
-    process, url = start_server(
+    server = vllm_server(
         checkpoint, work / "artifacts", work / "server.log", kv_cache=defaults.kv_cache,
         start_timeout=defaults.start_timeout,
     )  # fmt: skip
-    print(f"[bench] {size}: server up in {time.monotonic() - started:.0f} s at {url}", flush=True)
     rows = []
-    try:
+    with server as running:
+        url = running.url
+        print(f"[bench] {size}: server up in {time.monotonic() - started:.0f} s at {url}", flush=True)
         plan = fetch_plan(plan_url(url, HARDWARE), work / "client_cache", timeout=args.network_timeout)
         print(f"[bench] {size}: warm-up (a short streamed and a short whole-text utterance) ...", flush=True)
         warm = {**settings, "pieces": pieces[:4], "text": "".join(pieces[:4]), "max_frames": 4, "commits": [0]}
@@ -498,18 +448,12 @@ def bench_size(size: str, args) -> Path:
                     rows.append(row)
                     s = row["summary"]
                     print(
-                        f"[bench]   first frame {fmt(s['first_frame_s'])} s, first audio {fmt(s['first_audio_s'])} s, "
-                        f"stall {fmt(s['stall_s'])} s in {fmt(s['stalls'], 1)} stalls, {fmt(s['frames'], 0)} frames"
+                        f"[bench]   first frame {number(s['first_frame_s'])} s, "
+                        f"first audio {number(s['first_audio_s'])} s, stall {number(s['stall_s'])} s in "
+                        f"{number(s['stalls'], 1)} stalls, {number(s['frames'], 0)} frames"
                         + (f"; ERRORS: {s['errors'][:2]}" if s["errors"] else ""),
                         flush=True,
                     )
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=60)
     report = {
         "random_weights": True,
         "size": size,
@@ -527,18 +471,28 @@ def bench_size(size: str, args) -> Path:
         "command": " ".join(sys.argv),
         "rows": rows,
     }
-    path = args.out / f"text_stream_{size}.json"
-    path.write_text(json.dumps(report, indent=1))
-    return path
+    return write_json(args.out / f"text_stream_{size}.json", report, indent=1)
 
 
-def fmt(value, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def table(reports: list[dict]) -> str:
+def report_table(reports: list[dict]) -> str:
+    headers = ("tok/s", "sessions", "mode", "LLM done", "first frame", "first audio", "playback starts", "stall (max)")
+    headers += ("stalls", "longest stall", "stall if decoded per frame", "frame lag p50 / max", "frames", "last frame")
     lines = []
     for report in reports:
+        rows = []
+        for row in report["rows"]:
+            s = row["summary"]
+            errors = f" ({len(s['errors'])} failed)" if s["errors"] else ""
+            lag = None if s["frame_lag_p50_s"] is None else f"{s['frame_lag_p50_s']:.2f} / {s['frame_lag_max_s']:.2f}"
+            rows.append(
+                (
+                    f"{row['rate']:g}", row["sessions"], f"{row['mode']}{errors}", number(s["text_last_s"], 1),
+                    number(s["first_frame_s"]), number(s["first_audio_s"]), number(s["playback_start_s"]),
+                    f"{number(s['stall_s'])} ({number(s['stall_max_s'])})", number(s["stalls"], 1),
+                    number(s["longest_stall_s"]), f"{number(s['wire_stall_s'])} in {number(s['wire_stalls'], 1)}",
+                    lag, number(s["frames"], 0), number(s["last_frame_s"], 1),
+                )
+            )  # fmt: skip
         lines += [
             f"**{report['size']} talker**, small decoder geometry, RANDOM WEIGHTS; {report['text_tokens']} talker text "
             f"tokens ({len(report['text'])} characters, {report['sentences']} sentences) written as "
@@ -546,37 +500,16 @@ def table(reports: list[dict]) -> str:
             f"{report['sentence_max_frames']} per sentence); greedy; jitter buffer {report['jitter_ms']:g} ms. "
             "Times in seconds from the LLM's first token, means over the sessions (max in brackets).",
             "",
-            "| tok/s | sessions | mode | LLM done | first frame | first audio | playback starts | stall (max) "
-            "| stalls | longest stall | stall if decoded per frame | frame lag p50 / max | frames | last frame |",
-            "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            table(headers, rows, align="rrl" + "r" * 11),
+            "",
         ]
-        for row in report["rows"]:
-            s = row["summary"]
-            errors = f" ({len(s['errors'])} failed)" if s["errors"] else ""
-            lag = "-" if s["frame_lag_p50_s"] is None else f"{s['frame_lag_p50_s']:.2f} / {s['frame_lag_max_s']:.2f}"
-            lines.append(
-                f"| {row['rate']:g} | {row['sessions']} | {row['mode']}{errors} | {fmt(s['text_last_s'], 1)} | "
-                f"{fmt(s['first_frame_s'])} | {fmt(s['first_audio_s'])} | {fmt(s['playback_start_s'])} | "
-                f"{fmt(s['stall_s'])} ({fmt(s['stall_max_s'])}) | {fmt(s['stalls'], 1)} | "
-                f"{fmt(s['longest_stall_s'])} | {fmt(s['wire_stall_s'])} in {fmt(s['wire_stalls'], 1)} | "
-                f"{lag} | {fmt(s['frames'], 0)} | {fmt(s['last_frame_s'], 1)} |"
-            )
-        lines.append("")
     return "\n".join(lines)
 
 
-def plot(reports: list[dict], path: Path) -> bool:
-    try:
-        import matplotlib
-    except ImportError:
-        print("[bench] matplotlib is not installed here: no plot (run --plot-only under .venv)", flush=True)
-        return False
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def draw(pyplot, reports: list[dict]):
     colors = {"stream": "tab:blue", "sentence": "tab:orange", "whole": "tab:green"}
     markers = {1: "o", 4: "s", 8: "^"}
-    figure, axes = plt.subplots(len(reports), 3, figsize=(15, 4 * len(reports)), squeeze=False)
+    figure, axes = pyplot.subplots(len(reports), 3, figsize=(15, 4 * len(reports)), squeeze=False)
     for (first, stall, timeline), report in zip(axes, reports, strict=True):
         rows = report["rows"]
         for mode in MODES:
@@ -625,26 +558,23 @@ def plot(reports: list[dict], path: Path) -> bool:
         timeline.grid(alpha=0.3)
         timeline.legend(fontsize=7)
     figure.suptitle("Text streamed while spoken (RANDOM WEIGHTS, small decoder, cpu_x86_64 plan, 2-core loopback)")
-    figure.tight_layout()
-    figure.savefig(path, dpi=80)
-    plt.close(figure)
-    return True
+    return figure
 
 
 def write_outputs(out: Path) -> None:
     paths = sorted(out.glob("text_stream_*.json"))
     if not paths:
-        raise SystemExit(f"no text_stream_*.json under {out}")
+        raise BenchmarkError(f"no text_stream_*.json under {out}")
     order = {size: index for index, size in enumerate(SIZES)}
     reports = sorted((json.loads(p.read_text()) for p in paths), key=lambda r: order.get(r["size"], 99))
     for report in reports:
         for row in report["rows"]:
             row["summary"] = summary(row["streams"])  # from the sessions, as this version summarizes them
-    text = table(reports)
+    text = report_table(reports)
     (out / "text_stream.md").write_text(text)
     print("\n" + text)
     print(f"[bench] from {', '.join(p.name for p in paths)} -> {out / 'text_stream.md'}", flush=True)
-    if plot(reports, out / "text_stream.png"):
+    if plot(out / "text_stream.png", lambda pyplot: draw(pyplot, reports), dpi=80):
         print(f"[bench] -> {out / 'text_stream.png'}", flush=True)
 
 
@@ -678,4 +608,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

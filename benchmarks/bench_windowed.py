@@ -1,6 +1,6 @@
 """Windowed programs (npu_phone): export + lowering cost, ExecuTorch vs eager per chunk, SNR per ramp phase.
 
-    python benchmarks/bench_windowed.py --out out/bench [--geometry released] [--seconds 30]
+    python -m benchmarks.bench_windowed --out out/bench [--geometry released] [--seconds 30]
         [--ramp 2 4 8 16 25] [--context 72]
 
 RANDOM WEIGHTS (a released-layout checkpoint written by make_checkpoint, reused across runs).
@@ -20,24 +20,29 @@ Writes ``windowed.json`` and prints a table.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from workers import run_worker, time_full_decode
+from benchmarks.harness import (
+    BenchmarkError,
+    ensure_checkpoint,
+    full_decode,
+    number,
+    print_result,
+    run_cli,
+    run_worker,
+    table,
+    write_json,
+)
 
 
 def worker(args) -> dict:
     """Stream the codes one chunk at a time in one runtime; save the audio, return per-chunk seconds."""
     import numpy as np
 
-    if args.worker == "full":
-        return time_full_decode(args.model, args.codes, args.audio_out)
     codes = np.load(args.codes)
     if args.worker == "executorch":
         from vllm_omni.edge.runtime.manifest_decoder import open_windowed_decoder
@@ -78,13 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=72)
     parser.add_argument("--reuse-programs", action="store_true", help="use an existing manifest as it is")
     # worker mode (internal)
-    parser.add_argument("--worker", choices=("executorch", "eager", "full"))
+    parser.add_argument("--worker", choices=("executorch", "eager"), help=argparse.SUPPRESS)
     parser.add_argument("--programs"), parser.add_argument("--codes"), parser.add_argument("--audio-out")
     parser.add_argument("--model")
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args)))
-        return 0
+        return print_result(worker(args))
 
     import numpy as np
 
@@ -93,7 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     from vllm_omni.edge.plan.manifest import WindowedManifest
     from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import OUTPUT_SAMPLE_RATE
     from vllm_omni.testing.codes import random_codes
-    from vllm_omni.testing.make_checkpoint import ensure_checkpoint
 
     args.out.mkdir(parents=True, exist_ok=True)
     model = ensure_checkpoint(args.out / f"checkpoint-{args.geometry}", args.geometry)
@@ -106,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"[bench] {' '.join(export[1:])}", flush=True)
         if subprocess.run(export).returncode != 0:
-            raise SystemExit("export failed")
+            raise BenchmarkError(f"the export failed: {' '.join(export[1:])}")
     manifest = WindowedManifest.read(programs)
     hop = manifest.codec.samples_per_frame
     frames = round(args.seconds * OUTPUT_SAMPLE_RATE / hop)
@@ -120,8 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("full", "eager", "executorch"):
         print(f"[bench] {name}", flush=True)
         audio_out = args.out / f"windowed_{name}.npy"
-        extra = ["--worker", name, "--model", str(model), "--programs", str(programs), "--codes", str(codes_path)]
-        results[name] = run_worker(__file__, [*extra, "--audio-out", str(audio_out)])
+        if name == "full":
+            results[name] = full_decode(model, codes_path, audio_out)
+        else:
+            options = {"model": model, "programs": programs, "codes": codes_path, "audio_out": audio_out}
+            results[name] = run_worker(__spec__.name, name, **options)
         results[name]["audio"] = np.load(audio_out)
     reference = results["full"]["audio"]
 
@@ -168,24 +174,29 @@ def main(argv: list[str] | None = None) -> int:
         "program_load_seconds": results["executorch"]["load_seconds"],
         "rows": rows,
     }
-    (args.out / "windowed.json").write_text(json.dumps(report, indent=2))
+    path = write_json(args.out / "windowed.json", report)
     print(f"\n{args.geometry} geometry, RANDOM WEIGHTS, {frames} frames; one process per runtime")
+    headers = ("program", "window", "overhead", "export+lower s", ".pte MB", "ET s/chunk", "eager s/chunk")
+    headers += ("ET/eager", "ET RTF", "chunks", "SNR dB vs full")
     print(
-        "program | window | overhead | export+lower s | .pte MB | ET s/chunk | eager s/chunk | ET/eager | ET RTF "
-        "| chunks | SNR dB vs full"
-    )
-    for row in rows:
-        print(
-            f"{row['program']} | {row['context_frames']}+{row['chunk_frames']} | {row['overhead']:.2f}x | "
-            f"{row['export_seconds']:.0f} | {row['pte_mb']:.0f} | {row['executorch_seconds_per_chunk'] or 0:.3f} | "
-            f"{row['eager_seconds_per_chunk'] or 0:.3f} | {row.get('executorch_vs_eager', 0):.2f} | "
-            f"{row.get('executorch_rtf', 0):.2f} | {row['executorch_chunks']} | "
-            f"{row.get('executorch_snr_db_vs_full', float('nan')):.1f}"
+        table(
+            headers,
+            (
+                (
+                    row["program"], f"{row['context_frames']}+{row['chunk_frames']}", f"{row['overhead']:.2f}x",
+                    number(row["export_seconds"], 0), number(row["pte_mb"], 0),
+                    number(row["executorch_seconds_per_chunk"], 3), number(row["eager_seconds_per_chunk"], 3),
+                    number(row.get("executorch_vs_eager")), number(row.get("executorch_rtf")),
+                    row["executorch_chunks"], number(row.get("executorch_snr_db_vs_full"), 1),
+                )
+                for row in rows
+            ),
         )
+    )  # fmt: skip
     print(f"full decode RTF {report['full_decode']['rtf']:.2f}; whole-stream SNR {report['stream_snr_db_vs_full']}")
-    print(f"-> {args.out / 'windowed.json'}")
+    print(f"-> {path}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

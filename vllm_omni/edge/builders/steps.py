@@ -24,14 +24,8 @@ from ..runtime.stateful_decoder import StatefulDecoder
 from .request import BuildRequest, class_default
 
 logger = logging.getLogger(__name__)
-
-
 EXACT_SNR_DB = 90.0
-
-
 STATE_NAME = ".build-state.json"
-
-
 CHECK_SEED = 1234
 
 

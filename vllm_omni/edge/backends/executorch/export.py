@@ -23,8 +23,6 @@ from .delegation import count_flops, delegation_report
 from .program import SINGLE_METHOD, metadata_method, require_executorch
 
 PARTITIONERS = ("xnnpack", "coreml", "none")
-
-
 MAX_STAGE_BYTES = 32 * 2**20  # the most weights one XNNPACK delegate owns (a load packs one stage at a time)
 
 

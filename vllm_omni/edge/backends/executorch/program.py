@@ -22,19 +22,11 @@ from ..interface import BackendUnavailableError
 # a CPU host cannot load, and makes torch's pytree log a deprecation about torchao's own enums.
 # Neither is actionable; they are silenced around our imports of executorch, not globally.
 NOISY_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
-
-
 # The runtime's threadpool (cpuinfo) prints C-level lines such as "Failed to open midr file ..." on
 # hosts whose /sys lacks what it probes; they say nothing about the program and are held back.
 CPUINFO_NOISE = re.compile(r"cpuinfo|midr")
-
-
 SINGLE_METHOD = "forward"
-
-
 METADATA_SEPARATOR = "__"
-
-
 STEP_CONTRACT_KEY = "step_contract"
 
 

@@ -26,16 +26,10 @@ if TYPE_CHECKING:
     from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import Qwen3TTSTokenizerV2Decoder
 
 logger = logging.getLogger(__name__)
-
-
 DEFAULT_OPSET = 17
-
-
 # "npu": static B, NPU-safe (rknn-toolkit2); "npu_dynamic": the same ops at a symbolic B (rknn-toolkit2's
 # dynamic_input: one .rknn for a set of step sizes); "cpu": dynamic B, rewritten for onnxruntime (every B).
 STEP_FORMS = ("npu", "npu_dynamic", "cpu")
-
-
 SHARED_CONSTANT_MIN_NUMEL = 4096  # weights; the small shape and scalar constants stay as exported
 
 

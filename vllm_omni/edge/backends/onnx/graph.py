@@ -22,12 +22,8 @@ if TYPE_CHECKING:
     pass
 
 logger = logging.getLogger(__name__)
-
-
 # Ops that rknn-toolkit2 does not support or that broke conversions (DESIGN §4).
 RKNN_RISK_OPS = ("IsNaN", "Neg", "Range", "Reciprocal", "Pad", "Exp", "ConstantOfShape", "Shape", "Split")
-
-
 # The symbolic B of an npu_dynamic graph is read with Shape; rknn-toolkit2 2.5.0 folds that shape
 # arithmetic for each step size it compiles (measured: one dynamic_input .rknn converts and checks).
 DYNAMIC_SHAPE_OPS = ("Shape",)
@@ -101,11 +97,7 @@ def external_data_files(path: str | os.PathLike[str]) -> tuple[str, ...]:
 
 
 GRAPH_LAYOUT_KEY = "qwen3_tts.graph_layout"
-
-
 PASS_FRAMES_KEY = "qwen3_tts.pass_frames"
-
-
 METADATA_FIELD = 14  # ModelProto.metadata_props: StringStringEntryProto, repeated
 
 

@@ -39,32 +39,18 @@ from ...files import file_sha256, write_atomically
 from .errors import RknnBuildError
 
 TARGETS = ("rk3588", "rk3576", "rk3562", "rk3566", "rk3568")
-
-
 # rknn-toolkit2 2.5.0 fuses the rotate-half of RoPE (Slice, Slice, Concat) into a conv and then
 # fails shape inference on the tensor it created (KeyError '<Transpose>_output_0_tp'): keep it off.
 DISABLED_RULES = ("fuse_slice_slice_concat_to_conv",)
-
-
 REGTASK_PATTERN = re.compile(r"REGTASK: The bit width of field value exceeds the limit")
-
-
 # librknnc, for an op the NPU compiler has no kernel for: the op stays on the CPU, and boards have
 # aborted on such an Einsum at run time ("unsupport Einsum op in current", rknn-toolkit2 issues 366, 387).
 NO_LOWERING_PATTERN = re.compile(r"No lowering found for: (?P<node>\S+), node type = (?P<op>[^,\s]+)")
-
-
 LAYER_TABLE_TITLE = "Network Layer Information Table"
-
-
 # A row of that table after the log prefix: ID, OpType, DataType, Target, ..., FullName ("OpType:node").
 LAYER_ROW_PATTERN = re.compile(r"^(?:[DIWE] RKNN: \[[^\]]*\] )?\s*\d+\s+(?P<op>\S+)\s+\S+\s+(?P<target>NPU|CPU)\s")
-
-
 # The graph's inputs and outputs are placed on the CPU in every build: not ops of the graph.
 IO_OPERATORS = ("InputOperator", "OutputOperator")
-
-
 # What a clean build of the NPU step graph (graphs/npu_layout.py, rknn-toolkit2 2.5.0) places on the
 # CPU, and why. Anything else, or any op without a lowering, fails the conversion unless allowed.
 EXPECTED_CPU_OPS = {
@@ -73,15 +59,11 @@ EXPECTED_CPU_OPS = {
     "Reshape": "a view of an input, an output or a cache region (no arithmetic)",
     "Sub": "the unwritten-slot bias from the cache_valid input",
 }
-
-
 # rk3588 and the older NPUs have no Sin/Cos (RoPE's angles, SnakeBeta); rk3576's runs them.
 TRIGONOMETRY_ON_CPU = {
     "Sin": "this NPU has no Sin (RoPE, SnakeBeta)",
     "Cos": "this NPU has no Cos (RoPE)",
 }
-
-
 TRIGONOMETRY_ON_NPU_TARGETS = ("rk3576",)
 
 

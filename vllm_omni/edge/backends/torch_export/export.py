@@ -13,8 +13,6 @@ from ...files import write_atomically
 from ..interface import BackendUnavailableError
 
 METADATA_FILE = "qwen3_tts_window.json"
-
-
 # torch 2.13's own pytree use warns once per program exported, saved or loaded; nothing a user can act on.
 PYTREE_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 

@@ -28,11 +28,7 @@ from ...progress import progress_printer
 from ...runtime.stateful_decoder import rope_angles
 
 logger = logging.getLogger(__name__)
-
-
 SIMULATOR_BAR_DB = 40.0
-
-
 FIRST_STEP_EVERY = 5  # the check's schedule: a first-size step at step 0, 5, 10, ... (one shared cache)
 
 

@@ -12,8 +12,6 @@ from ...errors import EdgeError, EdgeExportError
 from ...graphs.layouts import NPU_LAYOUT
 
 logger = logging.getLogger(__name__)
-
-
 # What a failed conversion reports in its JSON outcome (``status``), and how the builder says it.
 OUTCOME_REASONS = {
     "usage": "the converter refused its arguments",
