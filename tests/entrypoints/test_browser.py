@@ -339,7 +339,7 @@ def reload_plan(driver, timeout: float = PAGE_LOAD_S, **options) -> dict:
 def test_the_page_decodes_on_webgpu_exactly_with_only_shape_arithmetic_off_the_gpu(browser, server, full_decode):
     """SwiftShader's WebGPU adapter (no GPU here): the software adapter is refused unless asked for, then decodes
     exactly, and onnxruntime places every node of the step on WebGPU but the shape arithmetic of the symbolic B."""
-    from vllm_omni.edge.backends.onnx import shape_nodes
+    from vllm_omni.edge.backends.onnx.graph import shape_nodes
     from vllm_omni.edge.plan.model import ExecPlan
 
     auto = reload_plan(browser)
@@ -499,9 +499,10 @@ def test_hostile_and_cut_off_streams_show_an_error_and_the_page_works_on(browser
 
     with server.request("/v1/edge/plans/browser") as response:
         plan = json.loads(response.read())
-    start = StreamStart(
-        num_quantizers=plan["num_quantizers"], codebook_size=plan["codebook_size"], frame_rate=12.5,
-        sample_rate=plan["sample_rate"], max_frames_per_message=4, hardware_class="browser", plan_id=plan["plan_id"],
+    start = StreamStart(  # the plan's geometry, frame rate included (the page refuses a stream of another)
+        num_quantizers=plan["num_quantizers"], codebook_size=plan["codebook_size"],
+        frame_rate=plan["sample_rate"] / plan["samples_per_frame"], sample_rate=plan["sample_rate"],
+        max_frames_per_message=4, hardware_class="browser", plan_id=plan["plan_id"],
     )  # fmt: skip
     frames = np.random.default_rng(29).integers(0, start.codebook_size, size=(13, start.num_quantizers))
     encoder = CodecStreamEncoder(start)
@@ -532,6 +533,14 @@ def test_hostile_and_cut_off_streams_show_an_error_and_the_page_works_on(browser
         assert pcm.size == reference.size and snr_db(reference, pcm) >= MIN_SNR_DB, (label, pcm.size, reference.size)
         assert_decodes_exactly(speak(browser, *UTTERANCES[1]), full_decode, f"speak after the {label} recording")
         assert "error" not in status_class(browser), label
+
+    # A stream of another frame rate is not this plan's (the Python client refuses it too): nothing is decoded.
+    other_rate = CodecStreamEncoder(StreamStart(**{**start.__dict__, "frame_rate": start.frame_rate * 2}))
+    other = RECORDING_MAGIC + record(KIND_JSON, other_rate.start()) + golden[len(head) :]
+    refused = play_recording(browser, other)
+    js = lambda rate: repr(rate).removesuffix(".0")  # noqa: E731 (a number as JavaScript writes it)
+    assert f"frame_rate: stream {js(start.frame_rate * 2)}, plan {js(start.frame_rate)}" in refused["error"], refused
+    assert refused["frames"] == [] and "error" in status_class(browser)
 
 
 def test_stream_as_typed_is_one_segment_that_decodes_exactly(browser, full_decode):

@@ -1,6 +1,7 @@
 """``vllm serve --omni`` without ``--api-key``, as a developer runs it on a workstation, against the web pages and
 clients that would abuse it: DNS rebinding, cross-site writes, inflated WebSocket messages, a stream session held
-open by flushes, a word without end, routes outside the key's guard.
+open by flushes, a word without end, routes outside the key's guard; and started with a lower text limit, its own
+clients (which cut their text by the limits it announces) kept.
 
 A keyless server trusts whoever reaches it, so none of this may be reachable from a page the operator visits.
 """
@@ -11,10 +12,13 @@ import contextlib
 import json
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+import wave
 from pathlib import Path
 
 import pytest
@@ -24,7 +28,9 @@ from .serving import running_server
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
 IDLE_S = 3
+MAX_INPUT_CHARS = 40  # below the default (4096), as an operator may start it: clients must learn it from the server
 EXTRA_ARGS = ["--speech-allowed-hosts", "tts.test", "--speech-socket-idle-s", str(IDLE_S)]
+EXTRA_ARGS += ["--speech-max-input-chars", str(MAX_INPUT_CHARS)]
 START = {"type": "start", "edge_hardware": "cpu_x86_64", "text_mode": "stream", "voice": "Ryan", "greedy": True}
 SAY = {"input": "Hello.", "voice": "Ryan", "language": "English", "greedy": True, "max_frames": 4}
 
@@ -215,3 +221,27 @@ def test_the_plan_names_the_model_not_the_servers_path(server, talker_checkpoint
     plan = json.loads(body)
     assert status == 200 and plan["model"]["id"] == talker_checkpoint.name, plan["model"]
     assert os.sep not in plan["model"]["id"]
+
+
+def test_a_server_started_with_a_lower_text_limit_announces_it_and_keeps_the_edge_clients_session(server, tmp_path):
+    """The start message announces the limits the server was started with; the edge client (``--text-stdin``) cuts
+    a text of twice the limit in one read by them, so the session it opens is spoken to the end, not closed."""
+    from websockets.sync.client import connect
+
+    with connect(socket_url(server), open_timeout=60) as socket_:
+        socket_.send(json.dumps({**START, "max_frames": 2}))
+        limits = json.loads(socket_.recv(timeout=120))["limits"]
+        socket_.send(json.dumps({"type": "cancel"}))
+    assert limits["max_input_chars"] == MAX_INPUT_CHARS and limits["socket_idle_s"] == IDLE_S, limits
+
+    text = "Hello there, this sentence is longer than the forty characters one piece may have here."
+    assert len(text) > 2 * MAX_INPUT_CHARS
+    out = tmp_path / "speech.wav"
+    command = [sys.executable, "-m", "vllm_omni.edge.client", "--server", server.url, "--hardware", "cpu_x86_64"]
+    command += ["--text-stdin", "--voice", "Ryan", "--language", "English", "--greedy", "--max-frames", "6"]
+    command += ["--out", str(out), "--cache-dir", str(tmp_path / "cache")]
+    run = subprocess.run(command, input=text.encode(), capture_output=True, timeout=300)
+    log = (run.stdout + run.stderr).decode(errors="replace")
+    assert run.returncode == 0 and "closed the speech session" not in log, log[-3000:]
+    with wave.open(str(out)) as handle:
+        assert handle.getnframes() > 0, log[-3000:]

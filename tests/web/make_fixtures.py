@@ -284,7 +284,7 @@ def hostile_cases(golden: dict[str, bytes]) -> list[dict[str, Any]]:
 def write_decode_fixtures(out: Path, checkpoint: Path | None, hardware: str) -> None:
     import torch
 
-    from vllm_omni.edge.backends.onnxruntime import OnnxStepGraph
+    from vllm_omni.edge.backends.onnx.run import OnnxStepGraph
     from vllm_omni.edge.builders.registry import build
     from vllm_omni.edge.builders.request import BuildRequest
     from vllm_omni.edge.checkpoint import load_code2wav_decoder

@@ -5,6 +5,7 @@ onnxruntime-web (>= 100 dB against the Python full decode) and the plan loader (
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -39,3 +40,32 @@ def test_the_javascript_edge_modules_pass_their_node_tests_against_python_fixtur
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-20000:]
     assert "# fail 0" in output and "vs full decode" in output, output[-5000:]
+
+
+def js_constant(module: str, name: str) -> str:
+    """The value of ``export const NAME = "...";`` in ``web/edge/MODULE``."""
+    match = re.search(rf'^export const {name} = "([^"]*)";', (WEB / "edge" / module).read_text(), re.MULTILINE)
+    assert match, f"web/edge/{module} has no string constant {name}"
+    return match.group(1)
+
+
+def test_the_page_and_the_python_side_write_each_shared_string_once_and_alike():
+    """The protocol name (the WebSocket subprotocol too) and the socket's route: one constant per language, equal;
+    the page's fallback limits for a server that announces none are the Python client's."""
+    from vllm_omni.edge.client.text_socket import UNANNOUNCED_LIMITS
+    from vllm_omni.edge.stream import PROTOCOL, SOCKET_PATH
+    from vllm_omni.entrypoints.websocket.socket_auth import CODEC_SUBPROTOCOL
+    from vllm_omni.entrypoints.websocket.socket_auth import SOCKET_PATH as AUTH_PATH
+
+    assert js_constant("stream.mjs", "PROTOCOL") == PROTOCOL == CODEC_SUBPROTOCOL
+    assert js_constant("stream.mjs", "SOCKET_PATH") == SOCKET_PATH == AUTH_PATH
+    sources = {path: path.read_text() for path in (REPO / "web").glob("*/*.mjs")}
+    sources |= {path: path.read_text() for path in (REPO / "vllm_omni").rglob("*.py")}
+    for value in (PROTOCOL, SOCKET_PATH):  # defined (a name bound to the string) once per language
+        defined = sorted(str(path.relative_to(REPO)) for path, text in sources.items() if f'= "{value}"' in text)
+        assert defined == ["vllm_omni/edge/stream/messages.py", "web/edge/stream.mjs"], (value, defined)
+    fallback = (WEB / "edge" / "session_limits.mjs").read_text()
+    block = fallback[fallback.index("UNANNOUNCED_LIMITS = Object.freeze({") :].split("});", 1)[0]
+    for key, value in UNANNOUNCED_LIMITS.to_json().items():
+        number = re.search(rf"\b{key}: (\d+)(?: << (\d+))?,", block)  # `4096` or `1 << 20`
+        assert number and int(number.group(1)) << int(number.group(2) or 0) == value, (key, block)

@@ -1,27 +1,33 @@
 // Fetching an execution plan and its artifacts from the server, each artifact checked by size and sha256.
 //
-// GET {baseUrl}/v1/edge/plans/{class}, then GET .../artifacts/{file} per distinct file. The plan is read as Python
-// reads it (./pyjson.mjs) and checked before anything is fetched: against the plan's JSON Schema, the very file the
-// server checks plans with (vllm_omni/edge/plan/schemas/exec_plan.schema.json, served beside this module as
-// ./schemas/), then each stateful step contract (./stateful_decoder.mjs); tests/data/plan_cases.json holds the
-// cases Python and this module must answer the same. A body is read with a cap at the plan's size_bytes (a longer
-// or endless body is refused there), then hashed with WebCrypto; nothing unchecked is kept. Verified files go into
-// a Cache-Storage-like cache (`match`/`put`) keyed by plan_id and file. A file found there is hashed again before
-// it is used: Cache Storage has no file identity to remember a verification by (anything running in the origin
-// can rewrite an entry), so what the cache saves is the download, not the check; a damaged entry is fetched anew.
+// GET {baseUrl}/v1/edge/plans/{class}, then GET .../artifacts/{file} per distinct file. The plan is read as the
+// server wrote it (./json_text.mjs keeps which numbers were written as floats) and checked before anything is
+// fetched: against the plan's JSON Schema, the very file the server checks plans with
+// (vllm_omni/edge/plan/schemas/exec_plan.schema.json, served beside this module as ./schemas/), then each stateful
+// step contract (./stateful_decoder.mjs). tests/data/plan_cases.json holds the documents the server's reader and
+// this module must both accept or refuse (a refusal naming the same field); the words are each reader's own. A
+// body is read with a cap at the plan's size_bytes (a longer or endless body is refused there), then hashed with
+// WebCrypto; nothing unchecked is kept. Verified files go into a Cache-Storage-like cache (`match`/`put`) keyed by
+// plan_id and file. A file found there is hashed again before it is used: Cache Storage has no file identity to
+// remember a verification by (anything running in the origin can rewrite an entry), so what the cache saves is
+// the download, not the check; a damaged entry is fetched anew.
 
 import planSchema from "./schemas/exec_plan.schema.json" with { type: "json" };
 
 import { firstSchemaError } from "./json_schema.mjs";
-import { FLOATS, parsePythonJson, pyRepr, pyTypeName } from "./pyjson.mjs";
+import { jsonType, readJson, shown } from "./json_text.mjs";
 import { serverMessage } from "./server_message.mjs";
 import { checkStepContract } from "./stateful_decoder.mjs";
+import { MalformedMessageError } from "./stream.mjs";
 
+/** A plan this page will not use. `field`: the path of the field at fault ("" for the whole plan), when there is
+ * one; `status`: the HTTP status of a refused request. */
 export class PlanError extends Error {
-  constructor(message, { status } = {}) {
+  constructor(message, { status, field } = {}) {
     super(message);
     this.name = "PlanError";
     this.status = status;
+    this.field = field;
   }
 }
 
@@ -41,33 +47,34 @@ async function refusal(response, what) {
 }
 
 /**
- * Check `plan` against the plan's JSON Schema as the server's reader does (vllm_omni/edge/plan/schema.py's
- * check_schema: schema id and version first, then the first error by field path, in jsonschema's words, then each
- * graph's external data file named as the graph records it, beside it); returns
- * the plan. `plan` comes from parsePythonJson (JSON.parse works too, reading 16.0 as an int).
+ * Check `plan` against the plan's JSON Schema as the server's reader does (vllm_omni/edge/plan/schema.py: schema id
+ * and version first, then the schema, then each graph's external data file named as the graph records it, beside
+ * it); returns the plan. A refusal is a PlanError naming the field at fault.
  */
 export function checkPlanSchema(plan, source = "plan") {
+  const refuse = (field, message) => new PlanError(`${source}: ${field || "the plan"}: ${message}`, { field });
   if (plan === null || typeof plan !== "object" || Array.isArray(plan)) {
-    throw new PlanError(`${source}: a plan is a JSON object, found ${pyTypeName(plan)}`);
+    throw refuse("", `a plan is a JSON object, found ${jsonType(plan)}`);
   }
-  const field = (key) => pyRepr(Object.hasOwn(plan, key) ? plan[key] : null, Boolean(plan[FLOATS]?.has(key)));
   if (plan.schema !== PLAN_SCHEMA) {
-    throw new PlanError(`${source}: schema: expected ${pyRepr(PLAN_SCHEMA)}, found ${field("schema")}`);
+    throw refuse("schema", `expected ${shown(PLAN_SCHEMA)}, found ${shown(plan.schema)}: not an execution plan`);
   }
   if (plan.schema_version !== PLAN_SCHEMA_VERSION) {
-    throw new PlanError(
-      `${source}: schema_version: ${field("schema_version")} is not one this reader knows (${PLAN_SCHEMA_VERSION}); ` +
-        "rebuild the plan with this version of vllm-omni-edge, or update the reader",
+    throw refuse(
+      "schema_version",
+      `this page reads plan schema ${PLAN_SCHEMA_VERSION}, found ${shown(plan.schema_version)}: rebuild the ` +
+        "plan with this version of vllm-omni-edge, or load the page of the server's version",
     );
   }
   const error = firstSchemaError(planSchema, plan);
-  if (error) throw new PlanError(`${source}: ${error.where}: ${error.message}`);
+  if (error) throw refuse(error.field, error.message);
   for (const [role, artifact] of Object.entries(plan.artifacts)) {
     const weights = artifact.external_data;
     if (weights && weights.file !== `${artifact.file}.data`) {
-      throw new PlanError(
-        `${source}: artifacts.${role}.external_data.file: expected ${pyRepr(`${artifact.file}.data`)} (beside the ` +
-          `graph, under the name it records), found ${pyRepr(weights.file)}`,
+      throw refuse(
+        `artifacts.${role}.external_data.file`,
+        `expected ${shown(`${artifact.file}.data`)} (beside the graph, under the name it records), found ` +
+          shown(weights.file),
       );
     }
   }
@@ -85,9 +92,10 @@ export function planFiles(plan, source = "plan") {
   for (const [role, artifact] of Object.entries(plan.artifacts)) {
     if (plan.graph_kind === "stateful") {
       try {
-        checkStepContract(artifact.contract, `plan artifact ${pyRepr(role)}`);
+        checkStepContract(artifact.contract, `the step contract of artifact ${shown(role)}`);
       } catch (error) {
-        throw new PlanError(`${source}: artifacts.${role}.contract: ${error.message}`);
+        const field = [`artifacts.${role}.contract`, error.field].filter(Boolean).join(".");
+        throw new PlanError(`${source}: ${field}: ${error.message}`, { field });
       }
     }
     for (const record of [artifact, artifact.external_data].filter(Boolean)) {
@@ -100,6 +108,33 @@ export function planFiles(plan, source = "plan") {
     }
   }
   return [...files.values()];
+}
+
+/**
+ * Check that the stream whose start event is `start` (a CodecStreamParser event) was made for `plan`, as the Python
+ * client does (vllm_omni/edge/client/session.py check_start): the plan it names (a PlanError: reload the plan), and
+ * its codec geometry: codebooks, codebook size, sample rate and frame rate (within a relative 1e-6; the plan's is
+ * sample_rate / samples_per_frame), a MalformedMessageError naming each field that differs.
+ */
+export function checkStreamStart(start, plan) {
+  if (start.plan_id && start.plan_id !== plan.plan_id) {
+    throw new PlanError(
+      `the stream was made for plan ${start.plan_id.slice(0, 12)}, this page loaded plan ${plan.plan_id.slice(0, 12)} ` +
+        `(${plan.hardware_class}): reload the plan`,
+    );
+  }
+  const wrong = ["num_quantizers", "codebook_size", "sample_rate"]
+    .filter((key) => start[key] !== plan[key])
+    .map((key) => [key, start[key], plan[key]]);
+  const frameRate = plan.sample_rate / plan.samples_per_frame;
+  const apart = Math.abs(start.frame_rate - frameRate);
+  if (!(apart <= 1e-6 * Math.max(Math.abs(start.frame_rate), Math.abs(frameRate)))) {
+    wrong.push(["frame_rate", start.frame_rate, frameRate]);
+  }
+  if (wrong.length) {
+    const details = wrong.map(([key, stream, planned]) => `${key}: stream ${stream}, plan ${planned}`).join("; ");
+    throw new MalformedMessageError(`the stream's geometry does not match the plan (${details}): they do not belong together`);
+  }
 }
 
 /** The URL path of `file` (a path relative to the plan, maybe in a subfolder): each segment escaped. */
@@ -155,7 +190,7 @@ export async function loadPlan({
   if (!response.ok) throw await refusal(response, `the ${hardwareClass} plan`);
   let plan;
   try {
-    plan = parsePythonJson(await response.text()).value;
+    plan = readJson(await response.text());
   } catch (error) {
     throw new PlanError(`the ${hardwareClass} plan is not JSON: ${error.message}`);
   }

@@ -13,12 +13,14 @@
 
 import stepSchema from "./schemas/step_contract.schema.json" with { type: "json" };
 
-import { FLOATS, pyRepr, pyStrRepr, pyTypeName } from "./pyjson.mjs";
+import { isWrittenInteger, jsonType, shown, shownAt } from "./json_text.mjs";
 
+/** A step contract this runtime will not allocate from. `field`: the contract's field at fault ("" for the whole). */
 export class StepContractError extends Error {
-  constructor(message) {
+  constructor(message, field = "") {
     super(message);
     this.name = "StepContractError";
+    this.field = field;
   }
 }
 
@@ -32,8 +34,8 @@ export class InvalidFramesError extends Error {
 
 // The contract's fields and bounds are data: vllm_omni/edge/plan/schemas/step_contract.schema.json, which
 // vllm_omni/edge/graphs/step_contract.py reads too (served beside this module as ./schemas/, a link to that folder
-// in the checkout). The checks below are step_contract.py's, in its order and with its messages:
-// tests/data/plan_cases.json holds the cases both must answer the same.
+// in the checkout). The checks below are step_contract.py's, in its order: tests/data/plan_cases.json holds the
+// contracts both must accept or refuse, a refusal naming the same field.
 const FIELDS = stepSchema.properties;
 export const STEP_SCHEMA_VERSION = FIELDS.schema_version.const;
 /** [key, minimum, maximum] of each integer field, in the schema's order (the order both readers check them in). */
@@ -49,18 +51,15 @@ export const OUTPUT_NAMES = FIELDS.output_names.const;
 /** audio_codes' element types a contract may name; the first is the default (a contract naming none). */
 export const CODES_DTYPES = FIELDS.codes_dtype.enum;
 
-const isFloatAt = (container, key) => Boolean(container?.[FLOATS]?.has(key));
-/** Python's `type(x) is int and x >= 0` for a value parsePythonJson read (`16.0` and `true` are not counts). */
-const isCount = (value, isFloat) => typeof value === "number" && Number.isInteger(value) && !isFloat && value >= 0;
-/** Python's str(x)[:length] for a value parsePythonJson read. */
-const pyStrHead = (value, isFloat, length) =>
-  [...(typeof value === "string" ? value : pyRepr(value, isFloat))].slice(0, length).join("");
+/** `container[key]` is a count: an integer >= 0 written as one (`16.0` and `true` are not, as on the server). */
+const isCount = (container, key) => isWrittenInteger(container, key) && container[key] >= 0;
 
-/** The cache layout rows `[name, offset, numel, shape]`, read strictly as step_contract.py's CacheLayout.from_json. */
-function checkCacheLayout(rows, isFloat) {
+/** The cache layout rows `[name, offset, numel, shape]`, read strictly, as step_contract.py's CacheLayout. */
+function checkCacheLayout(rows, source) {
+  const refuse = (message) => new StepContractError(`${source}: cache_layout: ${message}`, "cache_layout");
   if (!Array.isArray(rows) || rows.length > MAX_LAYOUT_ENTRIES) {
-    const found = Array.isArray(rows) ? `${rows.length} rows` : pyTypeName(rows, isFloat);
-    throw new StepContractError(`cache layout: expected a list of at most ${MAX_LAYOUT_ENTRIES} rows, found ${found}`);
+    const found = Array.isArray(rows) ? `${rows.length} rows` : jsonType(rows);
+    throw refuse(`expected an array of at most ${MAX_LAYOUT_ENTRIES} rows, found ${found}`);
   }
   rows.forEach((row, index) => {
     const shape = Array.isArray(row) ? row[3] : undefined;
@@ -68,15 +67,15 @@ function checkCacheLayout(rows, isFloat) {
       Array.isArray(row) &&
       row.length === 4 &&
       typeof row[0] === "string" &&
-      isCount(row[1], isFloatAt(row, 1)) &&
-      isCount(row[2], isFloatAt(row, 2)) &&
+      isCount(row, 1) &&
+      isCount(row, 2) &&
       Array.isArray(shape) &&
       shape.length <= MAX_LAYOUT_RANK &&
-      shape.every((size, i) => isCount(size, isFloatAt(shape, i)) && size <= MAX_LAYOUT_DIM);
+      shape.every((size, i) => isCount(shape, i) && size <= MAX_LAYOUT_DIM);
     if (!wellFormed) {
-      throw new StepContractError(
-        `cache layout row ${pyStrHead(row, isFloatAt(rows, index), 80)} is not [name, offset, numel, shape] with ` +
-          "counts >= 0",
+      throw refuse(
+        `row ${index} is ${shown(row, 80)}; each row is [name, offset, numel, shape] with integer counts >= 0, ` +
+          `a shape of at most ${MAX_LAYOUT_RANK} dimensions of at most ${MAX_LAYOUT_DIM}`,
       );
     }
   });
@@ -84,9 +83,9 @@ function checkCacheLayout(rows, isFloat) {
   for (const [name, start, numel, shape] of rows) {
     const product = shape.reduce((total, size) => total * BigInt(size), 1n);
     if (start !== offset || BigInt(numel) !== product) {
-      throw new StepContractError(
-        `cache layout entry ${pyRepr(name)} is inconsistent (offset ${start}, expected ${offset}; numel ${numel} ` +
-          `vs shape ${pyRepr(shape)})`,
+      throw refuse(
+        `region ${shown(name)} starts at ${start} with ${numel} floats; it should start at ${offset} (where the ` +
+          `region before it ends) and hold ${product} floats (its shape ${shown(shape)})`,
       );
     }
     offset += numel;
@@ -96,70 +95,69 @@ function checkCacheLayout(rows, isFloat) {
 
 /**
  * Check a step contract as a runtime reads it before allocating from it (vllm_omni/edge/graphs/step_contract.py's
- * StepContract.from_json: the same checks, order and messages); returns the contract. Values read by
- * parsePythonJson keep Python's int/float distinction (`16.0` is refused as a size, as in Python).
+ * StepContract.from_json: the same checks in the same order); returns the contract. A refusal is a
+ * StepContractError naming the field at fault. A contract read with readJson (./json_text.mjs) keeps how its numbers
+ * were written: a count written `16.0` is refused, as on the server.
  */
-export function checkStepContract(contract, source = "plan") {
+export function checkStepContract(contract, source = "the step contract") {
   if (contract === null || typeof contract !== "object" || Array.isArray(contract)) {
-    throw new StepContractError(`${source}: a step contract is a JSON object, found ${pyTypeName(contract)}`);
+    throw new StepContractError(`${source} is not a JSON object (found ${jsonType(contract)})`);
   }
+  const refuse = (field, message) => new StepContractError(`${source}: ${field}: ${message}`, field);
   const read = (key) => {
     if (!Object.hasOwn(contract, key)) {
-      throw new StepContractError(
-        `${source} has no 'qwen3_tts.${key}' metadata: it is not a Qwen3-TTS stateful step graph exported by ` +
-          "vllm_omni.edge (re-export it with export_step_onnx)",
+      throw refuse(
+        key,
+        "missing: this is not a Qwen3-TTS stateful step graph exported by vllm_omni.edge (re-export it with " +
+          "export_step_onnx)",
       );
     }
     return contract[key];
   };
   const version = read("schema_version");
-  if (!(isCount(version, isFloatAt(contract, "schema_version")) && version === STEP_SCHEMA_VERSION)) {
-    throw new StepContractError(
-      `${source} uses step schema ${pyStrHead(version, isFloatAt(contract, "schema_version"), 20)}; this runtime ` +
-        `reads schema ${STEP_SCHEMA_VERSION}. Re-export the graph with this version.`,
+  if (!(isCount(contract, "schema_version") && version === STEP_SCHEMA_VERSION)) {
+    throw refuse(
+      "schema_version",
+      `this runtime reads step schema ${STEP_SCHEMA_VERSION}, found ${shownAt(contract, "schema_version", 20)}: ` +
+        "re-export the graph with this version",
     );
   }
   const frequencies = read("rope_inv_freq");
   if (!Array.isArray(frequencies) || !frequencies.every((f) => typeof f === "number" && Number.isFinite(f))) {
-    throw new StepContractError(`${source}: rope_inv_freq must be a list of finite numbers`);
+    throw refuse("rope_inv_freq", `expected an array of finite numbers, found ${shown(frequencies)}`);
   }
   const geometry = read("geometry");
   if (geometry === null || typeof geometry !== "object" || Array.isArray(geometry)) {
-    const isFloat = isFloatAt(contract, "geometry");
-    throw new StepContractError(`${source}: geometry must be a JSON object, found ${pyTypeName(geometry, isFloat)}`);
+    throw refuse("geometry", `expected a JSON object, found ${jsonType(geometry)}`);
   }
   const count = (key, low, high) => {
     const value = read(key);
-    const isFloat = isFloatAt(contract, key);
-    if (!isCount(value, isFloat) || value < low || value > high) {
-      throw new StepContractError(
-        `${source}: ${key} must be an integer in ${low}..${high}, found ${pyStrRepr(pyStrHead(value, isFloat, 40))}`,
-      );
+    if (!isCount(contract, key) || value < low || value > high) {
+      throw refuse(key, `expected an integer in ${low}..${high}, found ${shownAt(contract, key)}`);
     }
   };
   for (const [key, low, high] of COUNT_BOUNDS) if (key !== "max_step_frames") count(key, low, high);
-  const layoutNumel = checkCacheLayout(read("cache_layout"), isFloatAt(contract, "cache_layout"));
+  const layoutNumel = checkCacheLayout(read("cache_layout"), source);
   const dynamic = Object.hasOwn(contract, "max_step_frames");
   if (dynamic) count("max_step_frames", ...COUNT_BOUNDS.find(([key]) => key === "max_step_frames").slice(1));
   if (dynamic && contract.step_frames > contract.max_step_frames) {
-    throw new StepContractError(
-      `${source}: step_frames ${contract.step_frames} exceeds the graph's max_step_frames ${contract.max_step_frames}`,
+    throw refuse(
+      "step_frames",
+      `${contract.step_frames} frames per step, more than the graph takes ` +
+        `(max_step_frames ${contract.max_step_frames})`,
     );
   }
   if (layoutNumel !== contract.cache_numel) {
-    throw new StepContractError(
-      `${source}: cache layout sums to ${layoutNumel} floats but cache_numel is ${contract.cache_numel}`,
-    );
+    throw refuse("cache_numel", `${contract.cache_numel}, but the cache layout's regions hold ${layoutNumel} floats`);
   }
   if (frequencies.length !== Math.floor(contract.head_dim / 2)) {
-    throw new StepContractError(`${source}: ${frequencies.length} RoPE frequencies for head_dim ${contract.head_dim}`);
+    throw refuse(
+      "rope_inv_freq",
+      `${frequencies.length} frequencies; head_dim ${contract.head_dim} takes ${Math.floor(contract.head_dim / 2)}`,
+    );
   }
   if (Object.hasOwn(contract, "codes_dtype") && !CODES_DTYPES.includes(contract.codes_dtype)) {
-    const isFloat = isFloatAt(contract, "codes_dtype");
-    throw new StepContractError(
-      `${source}: codes_dtype must be one of ${CODES_DTYPES.join(", ")}, found ` +
-        pyStrRepr(pyStrHead(contract.codes_dtype, isFloat, 20)),
-    );
+    throw refuse("codes_dtype", `expected one of ${CODES_DTYPES.join(", ")}, found ${shown(contract.codes_dtype, 20)}`);
   }
   return contract;
 }

@@ -5,12 +5,15 @@
 // On a byte stream (a recording, an HTTP body) each message is framed as a kind byte (J/B), a u32 length
 // and the payload, after the magic "QCS\x01". Every length is checked against a limit before anything is
 // allocated, and a message that throws leaves the parser's protocol state as it was. The errors are the
-// Python parser's classes, with its messages; the Node tests check both against recordings made by the
-// Python encoder.
+// Python parser's classes (the same class for the same fault), in this page's words; the Node tests check the
+// events and the classes against recordings and hostile inputs made by the Python encoder and parser.
 
-import { FLOATS, parsePythonJson, pyBytesRepr, pyFloatStr, pyRepr } from "./pyjson.mjs";
+import { isWrittenInteger, jsonType, readJson, shown, shownAt } from "./json_text.mjs";
 
+/** The protocol's name, in its start message; also the WebSocket subprotocol the page offers. */
 export const PROTOCOL = "qwen3-tts-codec-stream";
+/** The server's WebSocket route that carries the stream (text in pieces, frames back). */
+export const SOCKET_PATH = "/v1/audio/speech/stream";
 export const PROTOCOL_VERSION = 1;
 export const HEADER_BYTES = 12;
 export const FLAG_END_OF_STREAM = 0x01;
@@ -111,48 +114,48 @@ export function pack11(codes) {
 // -- message fields ------------------------------------------------------------------------------------
 
 const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
+// What a field may be: an integer written as one (`16.0` is refused, as the server's reader refuses it), any
+// number, a string, an object.
 const KINDS = {
-  int: (value, isFloat) => typeof value === "number" && Number.isInteger(value) && !isFloat,
-  "int/float": (value) => typeof value === "number",
-  str: (value) => typeof value === "string",
-  dict: isObject,
+  "an integer": isWrittenInteger,
+  "a number": (row, name) => typeof row[name] === "number",
+  "a string": (row, name) => typeof row[name] === "string",
+  "a JSON object": (row, name) => isObject(row[name]),
 };
 
-/** `row[name]` checked as Python's message_field: a missing or null optional field is null. */
+/** `row[name]` checked as the protocol types it: a missing or null optional field is null. */
 function messageField(row, name, kind, optional = false) {
   const value = Object.hasOwn(row, name) ? row[name] : null;
   if (value === null && optional) return null;
-  const isFloat = Boolean(row[FLOATS]?.has(name));
-  if (value === null || !KINDS[kind](value, isFloat)) {
-    const found = pyRepr(value, isFloat).slice(0, 40);
-    throw new MalformedMessageError(`${row.type}: ${name} must be ${kind}, found ${found}`);
+  if (value === null || !KINDS[kind](row, name)) {
+    throw new MalformedMessageError(`${row.type}: ${name} must be ${kind}, found ${shownAt(row, name)}`);
   }
   return value;
 }
 
-/** The start message's contract, checked as StreamStart.from_json + check(); returns Python's to_json(). */
+/** The start message's contract, checked as the server's StreamStart.from_json + check() check it; returns the
+ * event with the fields StreamStart.to_json() writes. */
 function readStart(row) {
   if (row.protocol !== PROTOCOL) {
-    throw new MalformedMessageError(`start: protocol ${pyRepr(row.protocol ?? null, row[FLOATS]?.has("protocol"))}, expected '${PROTOCOL}'`);
+    throw new MalformedMessageError(`start: protocol ${shown(row.protocol ?? null)}, expected ${shown(PROTOCOL)}`);
   }
   const version = Object.hasOwn(row, "version") ? row.version : null;
   if (!(version === PROTOCOL_VERSION || version === true)) {
-    // Python compares with !=, so 1.0 and true are version 1 there too
-    throw new BadVersionError(
-      `start: protocol version ${pyRepr(version, row[FLOATS]?.has("version"))}; this client speaks ${PROTOCOL_VERSION}`,
-    );
+    // the server's reader compares the version by value, where true and 1.0 equal 1: so does this one
+    throw new BadVersionError(`start: protocol version ${shown(version)}; this page speaks ${PROTOCOL_VERSION}`);
   }
   const start = {
-    num_quantizers: messageField(row, "num_quantizers", "int"),
-    codebook_size: messageField(row, "codebook_size", "int"),
-    frame_rate: messageField(row, "frame_rate", "int/float"),
-    sample_rate: messageField(row, "sample_rate", "int"),
-    packing: messageField(row, "packing", "str"),
-    max_frames_per_message: messageField(row, "max_frames_per_message", "int"),
-    hardware_class: messageField(row, "hardware_class", "str", true),
-    plan_id: messageField(row, "plan_id", "str", true),
-    plan: messageField(row, "plan", "dict", true),
-    stream_id: messageField(row, "stream_id", "str", true),
+    num_quantizers: messageField(row, "num_quantizers", "an integer"),
+    codebook_size: messageField(row, "codebook_size", "an integer"),
+    frame_rate: messageField(row, "frame_rate", "a number"),
+    sample_rate: messageField(row, "sample_rate", "an integer"),
+    packing: messageField(row, "packing", "a string"),
+    max_frames_per_message: messageField(row, "max_frames_per_message", "an integer"),
+    hardware_class: messageField(row, "hardware_class", "a string", true),
+    plan_id: messageField(row, "plan_id", "a string", true),
+    plan: messageField(row, "plan", "a JSON object", true),
+    stream_id: messageField(row, "stream_id", "a string", true),
+    limits: messageField(row, "limits", "a JSON object", true), // a WebSocket session's (./session_limits.mjs)
     version: PROTOCOL_VERSION,
   };
   checkStart(start);
@@ -168,7 +171,7 @@ function checkStart(start) {
     throw new MalformedMessageError(`start: codebook_size ${size} is outside 2..32768 (int16 codes)`);
   }
   if (!PACKINGS.includes(packing)) {
-    throw new MalformedMessageError(`start: packing ${pyRepr(packing)}; known: ${PACKINGS.join(", ")}`);
+    throw new MalformedMessageError(`start: packing ${shown(packing)}; known: ${PACKINGS.join(", ")}`);
   }
   if (packing === "packed11" && size > 2048) {
     throw new MalformedMessageError(`start: packed11 holds codes < 2048, codebook_size is ${size}`);
@@ -180,7 +183,7 @@ function checkStart(start) {
   }
   if (!(start.frame_rate > 0 && Number.isFinite(start.frame_rate)) || start.sample_rate < 1) {
     throw new MalformedMessageError(
-      `start: frame_rate ${pyFloatStr(start.frame_rate)} and sample_rate ${start.sample_rate}`,
+      `start: frame_rate ${start.frame_rate} must be a finite number > 0 and sample_rate ${start.sample_rate} >= 1`,
     );
   }
 }
@@ -256,7 +259,7 @@ export class CodecStreamParser {
     const code = typeof kind === "string" ? kind.charCodeAt(0) : kind;
     if (code === KIND_JSON) return this.parseJson(payload);
     if (code === KIND_BINARY) return this.parseFrames(payload);
-    throw new MalformedMessageError(`message kind ${pyBytesRepr([code])}; expected b'J' (JSON) or b'B' (frames)`);
+    throw new MalformedMessageError(`message kind ${byteText([code])}; expected "J" (JSON) or "B" (frames)`);
   }
 
   /** A start or done message: a string (a WebSocket text frame) or UTF-8 bytes. */
@@ -266,17 +269,15 @@ export class CodecStreamParser {
       throw new OversizedMessageError(`a JSON message of ${size} bytes; the limit is ${this.maxMessageBytes}`);
     }
     let row;
-    let rowIsFloat = false;
     try {
-      const text = typeof payload === "string" ? payload : utf8.decode(asBytes(payload));
-      ({ value: row, isFloat: rowIsFloat } = parsePythonJson(text));
+      row = readJson(typeof payload === "string" ? payload : utf8.decode(asBytes(payload)));
     } catch (error) {
-      const kind = error instanceof TypeError ? "UnicodeDecodeError" : error.name;
-      throw new MalformedMessageError(`a JSON message that does not parse (${kind})`);
+      const why = error instanceof TypeError ? "it is not UTF-8" : error.message;
+      throw new MalformedMessageError(`a JSON message that does not parse: ${why}`);
     }
     if (!isObject(row) || !(row.type === "start" || row.type === "done")) {
-      const found = isObject(row) ? pyRepr(Object.hasOwn(row, "type") ? row.type : null, row[FLOATS]?.has("type")) : `'${pyTypeName(row, rowIsFloat)}'`;
-      throw new MalformedMessageError(`a JSON message of type ${found}; expected 'start' or 'done'`);
+      const found = isObject(row) ? `type ${shown(row.type ?? null)}` : `a JSON ${jsonType(row)}`;
+      throw new MalformedMessageError(`a JSON message with ${found}; expected an object of type "start" or "done"`);
     }
     if (row.type === "start") {
       if (this.start !== null) throw new MalformedMessageError("a second start message in one stream");
@@ -285,16 +286,16 @@ export class CodecStreamParser {
     }
     if (this.start === null) throw new MalformedMessageError("a done message before the start message");
     if (this.done !== null) throw new FramesAfterEndError("a second done message");
-    const reason = messageField(row, "reason", "str");
+    const reason = messageField(row, "reason", "a string");
     if (!DONE_REASONS.includes(reason)) {
-      throw new MalformedMessageError(`done: reason ${pyRepr(reason)}; known: ${DONE_REASONS.join(", ")}`);
+      throw new MalformedMessageError(`done: reason ${shown(reason)}; known: ${DONE_REASONS.join(", ")}`);
     }
     const done = {
       type: "done",
-      total_frames: messageField(row, "total_frames", "int"),
-      last_seq: messageField(row, "last_seq", "int", true),
+      total_frames: messageField(row, "total_frames", "an integer"),
+      last_seq: messageField(row, "last_seq", "an integer", true),
       reason,
-      error: messageField(row, "error", "str", true),
+      error: messageField(row, "error", "a string", true),
     };
     if (reason === "complete" && done.total_frames !== this.framesReceived) {
       throw new SequenceGapError(
@@ -419,7 +420,7 @@ export class CodecStreamParser {
             const head = record.header.subarray(0, RECORDING_MAGIC.length);
             if (!head.every((byte, i) => byte === RECORDING_MAGIC[i])) {
               throw new MalformedMessageError(
-                `not a codec-stream recording: it starts with ${pyBytesRepr(head)}, expected ${pyBytesRepr(RECORDING_MAGIC)}`,
+                `not a codec-stream recording: it starts with ${byteText(head)}, expected ${byteText(RECORDING_MAGIC)}`,
               );
             }
             record.phase = "header";
@@ -428,7 +429,7 @@ export class CodecStreamParser {
           const kind = record.header[0];
           const length = new DataView(record.header.buffer).getUint32(1, true);
           if (kind !== KIND_JSON && kind !== KIND_BINARY) {
-            throw new MalformedMessageError(`a framed message of kind ${pyBytesRepr([kind])}; expected b'J' or b'B'`);
+            throw new MalformedMessageError(`a framed message of kind ${byteText([kind])}; expected "J" or "B"`);
           }
           if (length > this.maxMessageBytes) {
             throw new OversizedMessageError(`a framed message of ${length} bytes; the limit is ${this.maxMessageBytes}`);
@@ -476,12 +477,12 @@ export class CodecStreamParser {
   }
 }
 
-function pyTypeName(value, isFloat) {
-  if (value === null) return "NoneType";
-  if (Array.isArray(value)) return "list";
-  if (typeof value === "string") return "str";
-  if (typeof value === "boolean") return "bool";
-  return isFloat ? "float" : "int";
+/** Bytes for an error message: printable ASCII as it is, any other byte as \xNN. */
+function byteText(bytes) {
+  const printable = (byte) => byte >= 0x20 && byte < 0x7f && byte !== 0x5c;
+  const shownByte = (byte) =>
+    printable(byte) ? String.fromCharCode(byte) : `\\x${byte.toString(16).padStart(2, "0")}`;
+  return `"${Array.from(bytes, shownByte).join("")}"`;
 }
 
 /** All events of a whole recording (bytes), as Python's iter_events(): throws on any error. */

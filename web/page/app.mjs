@@ -43,13 +43,14 @@
 //        samples the page holds now (the utterance in progress and the last typed result), and how many it has
 //        received and decoded since it loaded
 
-import { loadPlan } from "./edge/plan.mjs";
+import { checkStreamStart, loadPlan } from "./edge/plan.mjs";
 import { readPcmMessage, serverAudioRequest } from "./edge/server_audio.mjs";
 import { serverMessage } from "./edge/server_message.mjs";
-import { CodecStreamError, CodecStreamParser } from "./edge/stream.mjs";
+import { sessionLimits, textPieces } from "./edge/session_limits.mjs";
+import { CodecStreamError, CodecStreamParser, PROTOCOL, SOCKET_PATH } from "./edge/stream.mjs";
 
 const HARDWARE_CLASS = "browser";
-const SUBPROTOCOL = "qwen3-tts-codec-stream";
+const VOICES_PATH = "/v1/audio/voices";
 const CACHE_NAME = "vllm-omni-edge-plans";
 const JITTER_SECONDS = 0.2;
 const RECORDING_PIECE_BYTES = 4096;
@@ -60,7 +61,6 @@ const CAPTURE_FRAMES = 512; // with the test hook: the frames (and their PCM) an
 // The choice is made again for each utterance.
 const MEASURE_FRAMES = 24;
 const HANDOVER_RTF = 0.9;
-const MAX_PIECE_CHARS = 4096; // the server's default piece limit (--speech-max-input-chars): longer pastes split
 // The word being typed (held back until it ends, so fixing it is no edit of sent text): letters, digits, marks,
 // apostrophes and hyphens, except in scripts written without spaces (Han and kana are sent as they come).
 const WORD_CHAR = /^(?![\p{sc=Han}\p{sc=Hiragana}\p{sc=Katakana}])[\p{L}\p{N}\p{M}'\u2019-]$/u;
@@ -191,7 +191,7 @@ function base64url(text) {
 // -- voices -------------------------------------------------------------------------------------------
 
 async function loadVoices() {
-  const response = await fetch("/v1/audio/voices", { headers: authHeaders(), cache: "no-store" });
+  const response = await fetch(VOICES_PATH, { headers: authHeaders(), cache: "no-store" });
   if (!response.ok) {
     const reason = await serverMessage(response);
     throw new Error(
@@ -337,25 +337,12 @@ function closeMessage(event) {
 /** Why a WebSocket failed before any message: asks the API so a wrong key says so. */
 async function handshakeFailure(event) {
   try {
-    const response = await fetch("/v1/audio/voices", { headers: authHeaders(), cache: "no-store" });
+    const response = await fetch(VOICES_PATH, { headers: authHeaders(), cache: "no-store" });
     if (response.status === 401) return `the server refused the API key (401): ${await serverMessage(response)}`;
   } catch {
     return "the server cannot be reached";
   }
   return `the WebSocket was refused or closed at once (code ${event.code}${event.reason ? `: ${event.reason}` : ""})`;
-}
-
-function checkStart(start, plan) {
-  if (start.plan_id && start.plan_id !== plan.plan_id) {
-    throw new Error(
-      `the stream was made for plan ${start.plan_id.slice(0, 12)}, this page loaded ${plan.plan_id.slice(0, 12)}: reload the plan`,
-    );
-  }
-  for (const key of ["num_quantizers", "codebook_size", "sample_rate"]) {
-    if (start[key] !== plan[key]) {
-      throw new Error(`the stream's ${key} is ${start[key]}, the plan's ${plan[key]}: they do not belong together`);
-    }
-  }
 }
 
 /**
@@ -492,7 +479,8 @@ async function runUtterance(
 
     async function handle(event) {
       if (event.type === "start") {
-        checkStart(event, plan);
+        checkStreamStart(event, plan);
+        control?.started?.(event); // the server's limits: typed text waits for them
       } else if (event.type === "frames") {
         if (event.flags.reset) capture?.mark(capture.resets, received());
         capture?.addFrames(event.frames, event.count, event.numQuantizers);
@@ -614,10 +602,10 @@ function socketSource(text, voice, typed = null) {
   return {
     status: typed ? "Speaking as you type: Speak or Enter ends the text..." : "Speaking...",
     open(sink) {
-      if (typed ? typed.ended && !typed.piecesSent : !text.trim()) throw new Error("there is no text to speak");
-      const protocols = [SUBPROTOCOL, ...(apiKey() ? [`bearer.${base64url(apiKey())}`] : [])];
+      if (typed ? typed.ended && !typed.hasText : !text.trim()) throw new Error("there is no text to speak");
+      const protocols = [PROTOCOL, ...(apiKey() ? [`bearer.${base64url(apiKey())}`] : [])];
       const scheme = location.protocol === "https:" ? "wss" : "ws";
-      const socket = new WebSocket(`${scheme}://${location.host}/v1/audio/speech/stream`, protocols);
+      const socket = new WebSocket(`${scheme}://${location.host}${SOCKET_PATH}`, protocols);
       socket.binaryType = "arraybuffer";
       let cancelSent = false;
       let messages = 0;
@@ -658,6 +646,17 @@ function socketSource(text, voice, typed = null) {
       };
       return {
         cancel,
+        /** The stream's start event: the session's limits, as the server announced them. */
+        started(start) {
+          const { limits, announced } = sessionLimits(start);
+          if (!announced) {
+            console.warn(
+              `the server announced no limits (one older than this page): text goes in pieces of at most ` +
+                `${limits.max_input_chars} characters, as its defaults took`,
+            );
+          }
+          typed?.setLimits(limits);
+        },
         /** Ask for the server's audio from `fromFrame` on; false where the socket is closing (nothing is sent). */
         serverAudio(fromFrame) {
           if (socket.readyState === WebSocket.OPEN) socket.send(serverAudioRequest(fromFrame));
@@ -724,17 +723,19 @@ function wordStart(value) {
  * once a space or punctuation ends it, or at `end`; the server's tokenizer waits for that anyway), so fixing a
  * typo in that word is free. An edit of text already sent (a deletion or change before it, a replaced
  * selection) cannot be unsaid: it is not spoken, `said` becomes the edited field up to its last whole word,
- * and typing after it goes on being sent. Messages wait in `outbox` until the socket is open.
+ * and typing after it goes on being sent. Messages wait in `outbox` until the socket is open and the server has
+ * announced its limits (its start message): text goes out in the pieces they allow (textPieces).
  */
 class TypedUtterance {
   constructor(said = "") {
     this.said = said;
-    this.piecesSent = 0;
+    this.hasText = false; // text was given to be sent
     this.pieces = address.testHooks ? [] : null; // the text pieces sent, in order (for the test hook)
     this.ended = false; // `end` (or Stop): nothing more is sent
     this.framesAtEnd = null;
     this.outbox = [];
     this.send = null;
+    this.limits = null;
     this.sink = null;
     this.done = null; // Promise of the result, as speak's plus {textPieces, framesAtEnd}
     this.result = null; // that result, once it is there
@@ -743,12 +744,41 @@ class TypedUtterance {
   attach(send, sink) {
     this.send = send;
     this.sink = sink;
-    for (const message of this.outbox.splice(0)) send(message);
+    this.flush();
+  }
+
+  /** The session's limits, from the server's start message: what waited for them goes out. */
+  setLimits(limits) {
+    this.limits = limits;
+    this.flush();
   }
 
   post(message) {
-    if (this.send) this.send(message);
-    else this.outbox.push(message);
+    this.outbox.push(message);
+    this.flush();
+  }
+
+  flush() {
+    if (!this.send) return;
+    if (!this.limits) {
+      // a cancel goes at once (the server takes it at any time); what waited with it is moot
+      const cancel = this.outbox.find((message) => message.type === "cancel");
+      if (cancel) {
+        this.outbox = [];
+        this.send(cancel);
+      }
+      return;
+    }
+    for (const message of this.outbox.splice(0)) {
+      if (message.type !== "text") {
+        this.send(message);
+        continue;
+      }
+      for (const piece of textPieces(message.text, this.limits)) {
+        this.pieces?.push(piece);
+        this.send({ type: "text", text: piece });
+      }
+    }
   }
 
   /** The field is now `value`; `final`: its last word too. */
@@ -757,23 +787,19 @@ class TypedUtterance {
     if (!value.startsWith(this.said)) this.said = value.slice(0, wordStart(value)); // an edit of sent text
     const upTo = final ? value.length : wordStart(value);
     if (upTo <= this.said.length) return;
-    const points = Array.from(value.slice(this.said.length, upTo));
+    const text = value.slice(this.said.length, upTo);
     this.said = value.slice(0, upTo);
-    for (let i = 0; i < points.length; i += MAX_PIECE_CHARS) {
-      const piece = points.slice(i, i + MAX_PIECE_CHARS).join("");
-      this.piecesSent += 1;
-      this.pieces?.push(piece);
-      this.post({ type: "text", text: piece });
-    }
+    this.hasText = true;
+    this.post({ type: "text", text });
   }
 
-  /** Send the rest of `value` and `end` (`cancel` when no text was ever sent: there is nothing to speak). */
+  /** Send the rest of `value` and `end` (`cancel` when no text was ever given: there is nothing to speak). */
   end(value) {
     if (this.ended) return;
     this.update(value, { final: true });
     this.ended = true;
     this.framesAtEnd = this.sink?.received() ?? 0;
-    this.post({ type: this.piecesSent ? "end" : "cancel" });
+    this.post({ type: this.hasText ? "end" : "cancel" });
   }
 }
 

@@ -1,7 +1,9 @@
 """One client session: a codec-token stream in, audio out, decoded on this device with an execution plan.
 
-A reader thread takes messages off the wire into a small buffer while the decoder works;
-playback is modelled with a jitter buffer (:mod:`.playback`), and every time the audio would have
+Messages come from a :class:`MessageSource`: a byte stream (a recording, an HTTP body) is read record by record by
+a reader thread into a small buffer while the decoder works (:class:`RecordedMessages`); a WebSocket gives its
+messages as they are (:class:`~.text_socket.SocketMessages`). Either way each message goes once through the one
+parser. Playback is modelled with a jitter buffer (:mod:`.playback`), and every time the audio would have
 run dry an underrun is counted. ``reset`` drops the decoder's state and any frames not yet
 decoded; ``segment end`` and ``end of stream`` flush it. A stateful decoder whose stream pauses
 (:data:`DRAIN_AFTER_S` without a message, frames pending: a talker waiting for text) drains what its step
@@ -27,6 +29,7 @@ from ..plan.model import ExecPlan
 from ..plan.schema import ExecPlanError
 from ..runtime.open import open_decoder
 from ..stream import (
+    RECORD_HEADER,
     CodecStreamParser,
     DuplicateMessageError,
     FrameBatch,
@@ -68,15 +71,36 @@ class ClientReport:
         )
 
 
-_END = object()
-_IDLE = object()
+END = object()  # the transport ended cleanly (whether the stream was complete is the parser's to say)
+IDLE = object()  # no message within the wait asked for
 # No message for this long with frames pending: the stream is slower than real time (a talker waiting for text);
 # the decoder drains what its step sizes take instead of holding it for a full step.
 DRAIN_AFTER_S = 0.1
 
 
+class MessageSource:
+    """Where a session's messages come from, one ``(kind, payload)`` at a time (kind ``J`` or ``B``).
+
+    ``framing_bytes``: what each message took on the wire besides its payload (the record header of a byte
+    stream; none for a WebSocket message, which is framed by the transport).
+    """
+
+    framing_bytes = 0
+
+    def receive(self, idle_s: float | None) -> Any:
+        """The next ``(kind, payload)``; :data:`IDLE` once ``idle_s`` passed without one (None: wait for one);
+        :data:`END` at the transport's clean end. A failed transport raises an :class:`EdgeError` saying why."""
+        raise NotImplementedError
+
+    def started(self, start: StreamStart) -> None:
+        """The stream's start message, parsed and matched to the plan (a source that also sends may need it)."""
+
+    def close(self) -> None:
+        """Stop receiving (idempotent)."""
+
+
 def _reader(stream: BinaryIO, messages: queue.Queue, stop: threading.Event) -> None:
-    """Move framed messages from ``stream`` to ``messages``; the last item is ``_END`` or an :class:`EdgeError`.
+    """Move framed messages from ``stream`` to ``messages``; the last item is ``END`` or an :class:`EdgeError`.
 
     Whatever the stream raises ends up on the queue as an ``EdgeError``: the main thread waits on
     this queue and must always be told why the messages stopped (a reader that died silently hung it).
@@ -91,7 +115,7 @@ def _reader(stream: BinaryIO, messages: queue.Queue, stop: threading.Event) -> N
                     continue
             if stop.is_set():
                 return
-        item = _END
+        item = END
     except EdgeError as exc:
         item = exc
     except OSError as exc:  # a file or pipe that fails under us
@@ -100,6 +124,40 @@ def _reader(stream: BinaryIO, messages: queue.Queue, stop: threading.Event) -> N
         item = ClientError(f"reading the stream failed unexpectedly: {type(exc).__name__}: {exc}")
     with contextlib.suppress(queue.Full):
         messages.put(item, timeout=1.0)
+
+
+class RecordedMessages(MessageSource):
+    """The messages of a byte stream (a recording, an HTTP body: magic, then kind, u32 length, payload each), read
+    by a thread into a buffer of ``buffer_messages`` while the decoder works (a file or socket read blocks)."""
+
+    framing_bytes = RECORD_HEADER.size
+
+    def __init__(self, stream: BinaryIO, buffer_messages: int = 64) -> None:
+        self.messages: queue.Queue = queue.Queue(maxsize=buffer_messages)
+        self.stop = threading.Event()
+        self.reader = threading.Thread(target=_reader, args=(stream, self.messages, self.stop), daemon=True)
+        self.reader.start()
+
+    def receive(self, idle_s: float | None) -> Any:
+        """As :meth:`MessageSource.receive`; an error if the reader is gone without saying why (never a hang)."""
+        waited = 0.0
+        while True:
+            wait = 0.5 if idle_s is None else min(0.5, idle_s - waited)
+            try:
+                item = self.messages.get(timeout=max(wait, 0.0))
+            except queue.Empty:
+                if not self.reader.is_alive() and self.messages.empty():
+                    raise ClientError("the stream reader stopped without a reason; the stream is incomplete") from None
+                waited += wait
+                if idle_s is not None and waited >= idle_s:
+                    return IDLE
+                continue
+            if isinstance(item, Exception):
+                raise item
+            return item
+
+    def close(self) -> None:
+        self.stop.set()
 
 
 class EdgeClient:
@@ -126,30 +184,13 @@ class EdgeClient:
             details = ", ".join(f"{key}: stream {have}, plan {want}" for key, (have, want) in wrong.items())
             raise MalformedMessageError(f"the stream's geometry does not match the plan ({details})")
 
-    @staticmethod
-    def _next(messages: queue.Queue, reader: threading.Thread, idle_s: float | None = None) -> Any:
-        """The next item from the reader; ``_IDLE`` once ``idle_s`` passed without one (None: wait); an error if
-        the reader is gone without saying why (never a hang)."""
-        waited = 0.0
-        while True:
-            wait = 0.5 if idle_s is None else min(0.5, idle_s - waited)
-            try:
-                return messages.get(timeout=max(wait, 0.0))
-            except queue.Empty:
-                if not reader.is_alive() and messages.empty():
-                    raise ClientError("the stream reader stopped without a reason; the stream is incomplete") from None
-                waited += wait
-                if idle_s is not None and waited >= idle_s:
-                    return _IDLE
-
-    def run(self, stream: BinaryIO, sinks: list) -> ClientReport:
+    def run(self, stream: BinaryIO | MessageSource, sinks: list) -> ClientReport:
+        """Decode the messages of ``stream`` (a byte stream, or a :class:`MessageSource` such as a WebSocket's)."""
         report = ClientReport(plan_id=self.plan.plan_id)
         parser = CodecStreamParser()
-        messages: queue.Queue = queue.Queue(maxsize=self.buffer_messages)
-        stop = threading.Event()
-        reader = threading.Thread(target=_reader, args=(stream, messages, stop), daemon=True)
+        owned = not isinstance(stream, MessageSource)
+        source = RecordedMessages(stream, self.buffer_messages) if owned else stream
         first_frames_at = None
-        reader.start()
 
         def emit(pcm: np.ndarray) -> None:
             nonlocal first_frames_at
@@ -174,20 +215,18 @@ class EdgeClient:
             drain = getattr(self.decoder, "drain", None)
             while True:
                 pending = drain is not None and self.decoder.pending_frames > 0
-                item = self._next(messages, reader, DRAIN_AFTER_S if pending else None)
-                if item is _IDLE:  # frames come slower than real time: play what whole steps can decode now
+                item = source.receive(DRAIN_AFTER_S if pending else None)
+                if item is IDLE:  # frames come slower than real time: play what whole steps can decode now
                     decode(drain)
                     continue
-                if item is _END:
+                if item is END:
                     raise TruncatedStreamError(
                         f"the stream ended after {parser.frames_received} frames without a done message: the server "
                         "went away or the recording is cut off"
                     )
-                if isinstance(item, Exception):
-                    raise item
                 kind, payload = item
                 report.messages += 1
-                report.stream_bytes += len(payload) + 5
+                report.stream_bytes += len(payload) + source.framing_bytes
                 try:
                     event = parser.parse(kind, payload)
                 except DuplicateMessageError:
@@ -195,6 +234,7 @@ class EdgeClient:
                     continue
                 if isinstance(event, StreamStart):
                     self.check_start(event)
+                    source.started(event)
                 elif isinstance(event, FrameBatch):
                     if first_frames_at is None:
                         first_frames_at = time.perf_counter()
@@ -219,7 +259,8 @@ class EdgeClient:
         except OSError as exc:  # a sink could not take the audio (disk full, closed pipe)
             report.error = f"writing the audio failed: {type(exc).__name__}: {exc}"
         finally:
-            stop.set()
+            if owned:
+                source.close()
             with contextlib.suppress(EdgeError, OSError):
                 decode(self.decoder.flush)  # frames that arrived are real: their audio is kept
         report.underruns = self.clock.underruns

@@ -14,7 +14,8 @@ import numpy as np
 
 from .errors import BadVersionError, MalformedMessageError
 
-PROTOCOL = "qwen3-tts-codec-stream"
+PROTOCOL = "qwen3-tts-codec-stream"  # also the WebSocket subprotocol that names it (a browser offers it)
+SOCKET_PATH = "/v1/audio/speech/stream"  # the server's WebSocket route that carries the stream (text in pieces)
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct("<BBHII")
 FLAG_END_OF_STREAM = 0x01
@@ -44,6 +45,7 @@ class StreamStart:
     plan_id: str | None = None
     plan: dict[str, Any] | None = None
     stream_id: str | None = None
+    limits: dict[str, Any] | None = None  # a WebSocket session's SessionLimits (to_json), announced to its client
     version: int = PROTOCOL_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -68,6 +70,7 @@ class StreamStart:
             plan_id=message_field(row, "plan_id", str, optional=True),
             plan=message_field(row, "plan", dict, optional=True),
             stream_id=message_field(row, "stream_id", str, optional=True),
+            limits=message_field(row, "limits", dict, optional=True),
         )
         start.check()
         return start
@@ -105,6 +108,40 @@ class StreamStart:
             "plan_id": plan.plan_id,
         }
         return cls(**(geometry | fields))
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """What a WebSocket session's server takes from its client, announced in the start message's ``limits``.
+
+    The names are the server's own (``--speech-max-input-chars`` and so on): a client splits its text by them
+    instead of assuming the defaults of one server. A client needs the whole announcement: an announcement that
+    lacks a field or types one wrong is :class:`MalformedMessageError`; a field it does not know is ignored
+    (a later server may announce more).
+    """
+
+    max_input_chars: int  # characters of one ``text`` piece (and of the start's ``input``)
+    max_body_bytes: int  # UTF-8 bytes of one client message
+    socket_max_queued_chars: int  # text sent and not yet spoken (stream mode: the utterance's whole text)
+    socket_idle_s: float  # a session with nothing to say and no message from its client closes after this
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> SessionLimits:
+        row = {"type": "start: limits", **row}
+        limits = cls(
+            max_input_chars=message_field(row, "max_input_chars", int),
+            max_body_bytes=message_field(row, "max_body_bytes", int),
+            socket_max_queued_chars=message_field(row, "socket_max_queued_chars", int),
+            socket_idle_s=float(message_field(row, "socket_idle_s", (int, float))),
+        )
+        if min(limits.max_input_chars, limits.max_body_bytes, limits.socket_max_queued_chars) < 1 or not (
+            limits.socket_idle_s > 0 and math.isfinite(limits.socket_idle_s)
+        ):
+            raise MalformedMessageError(f"start: limits must all be positive, found {limits}")
+        return limits
 
 
 @dataclass(frozen=True)

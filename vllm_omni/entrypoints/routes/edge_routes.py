@@ -39,6 +39,7 @@ hand-off's job (:mod:`..cli.serve`), so no exporter, graph or builder module is 
 # WebSocket), imported inside build_router, from the live annotations.
 import uuid
 
+from vllm_omni.edge.stream import SOCKET_PATH
 from vllm_omni.errors import RequestRefused
 
 from ..browser.browser_page import BrowserPage, build_page_router
@@ -201,7 +202,7 @@ def build_router():
     batch = speech_batch_route(lambda request: state(request).speech, speech_model)
     router.add_api_route("/v1/audio/speech/batch", batch, methods=["POST"])
 
-    @router.websocket("/v1/audio/speech/stream")
+    @router.websocket(SOCKET_PATH)
     async def speech_socket(socket: WebSocket):
         serving = getattr(socket.app.state, STATE_ATTRIBUTE, None)
         gate = serving.sockets if serving is not None else None  # Host and Origin: checked by the request guard
@@ -226,7 +227,7 @@ def build_router():
         return error_response(
             404,
             f"{request.url.path} is not served: this model is the Qwen3-TTS talker, which makes speech, not "
-            "text; use POST /v1/audio/speech or the WebSocket /v1/audio/speech/stream",
+            f"text; use POST /v1/audio/speech or the WebSocket {SOCKET_PATH}",
         )
 
     for prefix in TEXT_ROUTES:
@@ -237,7 +238,7 @@ def build_router():
         return error_response(
             404,
             f"{request.url.path} is not served here: it would act outside the paths --api-key guards; use POST "
-            "/v1/audio/speech or the WebSocket /v1/audio/speech/stream",
+            f"/v1/audio/speech or the WebSocket {SOCKET_PATH}",
         )
 
     for path in UNGUARDED_ROUTES:

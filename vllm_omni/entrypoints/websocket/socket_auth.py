@@ -16,9 +16,10 @@ import base64
 import binascii
 from typing import Any
 
-CODEC_SUBPROTOCOL = "qwen3-tts-codec-stream"
+from vllm_omni.edge.stream.messages import PROTOCOL, SOCKET_PATH
+
+CODEC_SUBPROTOCOL = PROTOCOL  # the subprotocol is the codec stream's protocol name
 BEARER_PREFIX = "bearer."
-SOCKET_PATH = "/v1/audio/speech/stream"
 MIDDLEWARE = f"{__name__}.SubprotocolBearerAuth"  # as vLLM's --middleware names it
 
 

@@ -53,7 +53,8 @@ class SpeechSocket(SocketSession):
       ``socket_max_queued_chars``; frames held for a full message leave as soon as the talker waits for text.
 
     Server -> client: the wire
-    protocol's start message (text), frames messages (binary; the first frame of a segment alone, then
+    protocol's start message (text; its ``limits`` announce this server's :class:`~vllm_omni.edge.stream.SessionLimits`,
+    which clients split their text by), frames messages (binary; the first frame of a segment alone, then
     ``frames_per_message`` at a time; each segment ends with a ``segment end`` flag, the stream with
     ``end of stream``) and done (text: ``complete``, ``cancelled`` or ``error`` with the whole message).
 
@@ -244,11 +245,15 @@ class SpeechSocket(SocketSession):
         )
 
     async def start_stream(self, plan) -> Any:
-        """The wire protocol's start message, sent; the stream's encoder."""
-        from vllm_omni.edge.stream import StreamStart
+        """The wire protocol's start message, sent, with this server's limits (``limits``: the client splits its
+        text by them, whatever this server was started with); the stream's encoder."""
+        from vllm_omni.edge.stream import SessionLimits, StreamStart
         from vllm_omni.edge.stream.encoder import CodecStreamEncoder
 
-        encoder = CodecStreamEncoder(StreamStart.for_plan(plan, stream_id=f"speech-{uuid.uuid4().hex}"))
+        limits = self.speech.limits
+        announced = SessionLimits(**{f.name: getattr(limits, f.name) for f in dataclasses.fields(SessionLimits)})
+        start = StreamStart.for_plan(plan, stream_id=f"speech-{uuid.uuid4().hex}", limits=announced.to_json())
+        encoder = CodecStreamEncoder(start)
         await self.send_text(encoder.start().decode())
         self.encoder = encoder
         return encoder

@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { PlanError, loadPlan } from "../plan.mjs";
+import { PlanError, checkStreamStart, loadPlan } from "../plan.mjs";
+import { CodecStreamParser, MalformedMessageError, PROTOCOL } from "../stream.mjs";
 import { fixturePath, readJson } from "../testing/fixtures.mjs";
 
 const cases = readJson("decode", "cases.json");
@@ -144,7 +145,8 @@ test("a plan that breaks its schema is refused before any artifact is fetched", 
   const refusing = server({ text: JSON.stringify(broken) });
   await assert.rejects(loadPlan(options({ fetch: refusing.fetch })), (error) => {
     assert.ok(error instanceof PlanError);
-    assert.equal(error.message, "the browser plan: artifacts.main.size_bytes: 0 is less than the minimum of 1");
+    assert.equal(error.field, "artifacts.main.size_bytes");
+    assert.equal(error.message, "the browser plan: artifacts.main.size_bytes: must be at least 1, found 0");
     return true;
   });
   assert.deepStrictEqual(refusing.requests, ["http://edge.test/v1/edge/plans/browser"]);
@@ -181,4 +183,45 @@ test("the API key is sent; a wrong one is a PlanError saying so", async () => {
     assert.match(error.message, /refused the API key \(401\).*invalid API key/);
     return true;
   });
+});
+
+/** The start event a stream made for `plan` gives, with `changes`. */
+function startFor(target, changes = {}) {
+  const row = {
+    type: "start",
+    protocol: PROTOCOL,
+    version: 1,
+    num_quantizers: target.num_quantizers,
+    codebook_size: target.codebook_size,
+    frame_rate: target.sample_rate / target.samples_per_frame,
+    sample_rate: target.sample_rate,
+    packing: "packed11",
+    max_frames_per_message: 4,
+    plan_id: target.plan_id,
+    ...changes,
+  };
+  return new CodecStreamParser().handleText(JSON.stringify(row));
+}
+
+test("a stream is decoded only with the plan it was made for: plan id, codebooks, sizes, sample and frame rate", () => {
+  checkStreamStart(startFor(plan), plan);
+  const rate = plan.sample_rate / plan.samples_per_frame;
+  checkStreamStart(startFor(plan, { frame_rate: rate * (1 + 1e-7) }), plan); // within a relative 1e-6
+  assert.throws(() => checkStreamStart(startFor(plan, { plan_id: "ab".repeat(32) }), plan), (error) => {
+    assert.ok(error instanceof PlanError && error.message.includes("reload the plan"), error.message);
+    return true;
+  });
+  for (const [key, value] of [
+    ["frame_rate", rate * 2],
+    ["frame_rate", rate * (1 + 1e-5)],
+    ["num_quantizers", plan.num_quantizers - 1],
+    ["codebook_size", 1024],
+    ["sample_rate", plan.sample_rate / 2],
+  ]) {
+    assert.throws(() => checkStreamStart(startFor(plan, { [key]: value, plan_id: undefined }), plan), (error) => {
+      assert.ok(error instanceof MalformedMessageError, `${key}: ${error.name}`);
+      assert.ok(error.message.includes(`${key}: stream ${value}, plan `), error.message);
+      return true;
+    }, `${key} ${value}`);
+  }
 });

@@ -3,7 +3,7 @@
 import { readFileSync } from "node:fs";
 import path from "node:path";
 
-import { parsePythonJson } from "../pyjson.mjs";
+import { readJson as readJsonText } from "../json_text.mjs";
 
 const root = process.env.EDGE_WEB_FIXTURES;
 if (!root) {
@@ -18,7 +18,7 @@ export const fixturePath = (...parts) => path.join(root, ...parts);
 export const readBytes = (...parts) => new Uint8Array(readFileSync(fixturePath(...parts)));
 
 /** JSON written by Python (NaN and Infinity included). */
-export const readJson = (...parts) => parsePythonJson(readFileSync(fixturePath(...parts), "utf8")).value;
+export const readJson = (...parts) => readJsonText(readFileSync(fixturePath(...parts), "utf8"));
 
 export function readTyped(Type, ...parts) {
   const bytes = readBytes(...parts);
