@@ -61,6 +61,9 @@ from benchmarks.harness import (
     vllm_server,
     write_json,
 )
+from vllm_omni.edge.client.session import MessageSource, RecordedMessages
+from vllm_omni.edge.stream import KIND_BINARY
+from vllm_omni.edge.stream.messages import HEADER
 
 TALKER_FRAME_RATE = 12.5  # frames per second of speech, one text token per talker step in the streamed layout
 FRAME_SECONDS = 1 / TALKER_FRAME_RATE
@@ -149,44 +152,35 @@ def frame_lags(frames_at: list, pieces_at: list[float], commits: list[int]) -> l
     return lags
 
 
-class TimedReader:
-    """A stream passed through unchanged, remembering when each byte arrived (for the frames messages' times)."""
+class TimedMessages(MessageSource):
+    """The session's message source, passed through unchanged, remembering when each frames message arrived.
 
-    def __init__(self, stream) -> None:
-        self.stream = stream
-        self.data = bytearray()
-        self.marks: list[tuple[int, float]] = []  # (bytes received so far, when)
+    Wraps a WebSocket's :class:`~vllm_omni.edge.client.text_socket.SocketMessages` as it is, and an HTTP body in
+    the client's :class:`~vllm_omni.edge.client.session.RecordedMessages`: the times are those of the messages the
+    session parses, with nothing parsed twice."""
 
-    def read(self, size: int = -1) -> bytes:
-        chunk = self.stream.read(size)
-        if chunk:
-            self.data += chunk
-            self.marks.append((len(self.data), time.perf_counter()))
-        return chunk
+    def __init__(self, source) -> None:
+        self.source = source if isinstance(source, MessageSource) else RecordedMessages(source)
+        self.framing_bytes = self.source.framing_bytes
+        self.arrivals: list[tuple[float, int]] = []  # (when, frames) of every frames message that carried frames
+
+    def receive(self, idle_s):
+        item = self.source.receive(idle_s)
+        if isinstance(item, tuple) and item[0] == KIND_BINARY and len(item[1]) >= HEADER.size:
+            count = HEADER.unpack_from(item[1])[2]  # the frames message's count (the parser checks the rest)
+            if count:
+                self.arrivals.append((time.perf_counter(), count))
+        return item
+
+    def started(self, start) -> None:
+        self.source.started(start)
 
     def close(self) -> None:
-        self.stream.close()
+        self.source.close()
 
     def frame_arrivals(self) -> list[tuple[float, int]]:
-        """``(time, frames)`` of every frames message that carried frames, when its last byte arrived."""
-        import io
-
-        from vllm_omni.edge.stream import RECORDING_MAGIC, CodecStreamParser, FrameBatch, read_records
-        from vllm_omni.edge.stream.messages import RECORD_HEADER
-
-        arrivals, offset, mark = [], len(RECORDING_MAGIC), 0
-        parser = CodecStreamParser()
-        try:
-            for kind, payload in read_records(io.BytesIO(bytes(self.data))):
-                offset += RECORD_HEADER.size + len(payload)
-                while self.marks[mark][0] < offset:
-                    mark += 1
-                event = parser.parse(kind, payload)
-                if isinstance(event, FrameBatch) and len(event.frames):
-                    arrivals.append((self.marks[mark][1], len(event.frames)))
-        except Exception:  # a cut-off stream: what arrived whole (its error is the client's report)
-            pass
-        return arrivals
+        """``(time, frames)`` of every frames message that carried frames, when it was received whole."""
+        return self.arrivals
 
 
 @dataclass
@@ -195,7 +189,7 @@ class Session:
 
     mode: str
     client: object  # EdgeClient, made before the clock starts
-    stream: object = None  # the opened stream (TimedReader)
+    stream: object = None  # the opened stream (TimedMessages)
     write_fd: int | None = None  # stream/sentence: the pipe the LLM writes into
     read_file: object = None
     pieces_sent: int = 0
@@ -218,7 +212,7 @@ def open_session(mode: str, server: str, plan, body: dict, jitter_ms: float, tim
         read_fd, session.write_fd = os.pipe()
         session.read_file = open(read_fd, "rb", buffering=0)  # noqa: SIM115 (closed after the run)
         socket_body = {**body, "text_mode": mode}  # open_text_stream's start message takes the body's text_mode
-        session.stream = TimedReader(open_text_stream(server, socket_body, session.read_file, None, timeout))
+        session.stream = TimedMessages(open_text_stream(server, socket_body, session.read_file, None, timeout))
     return session
 
 
@@ -256,7 +250,7 @@ def run_session(
     try:
         if session.mode == "whole":
             write()  # the LLM writes; the whole text is posted after its last token
-            session.stream = TimedReader(open_speech_stream(server, {**body, "input": text}, timeout))
+            session.stream = TimedMessages(open_speech_stream(server, {**body, "input": text}, timeout))
         else:
             session.writer = threading.Thread(target=write, daemon=True)
             session.writer.start()

@@ -5,7 +5,7 @@
 
 The reference is encoded once (speaker embedding, and its codes for in-context cloning; --x-vector-only
 uses the embedding alone) and can serve any number of texts. The frames decode on any device plan, as
-any voice's (examples/decode_on_device.py after `python -m vllm_omni.edge.codec_stream record`).
+any voice's (examples/decode_on_device.py after `python -m vllm_omni.edge codec-stream record`).
 """
 
 import argparse

@@ -47,7 +47,7 @@ def main() -> None:
         else:
             raise SystemExit("the server did not come up")
         subprocess.run([
-            sys.executable, "-m", "vllm_omni.edge.client", "--server", url, "--hardware", "cpu_x86_64",
+            sys.executable, "-m", "vllm_omni.edge", "client", "--server", url, "--hardware", "cpu_x86_64",
             "--text", args.text, "--voice", args.voice, "--greedy", "--max-frames", args.max_frames, "--out", args.out,
         ], check=True)  # fmt: skip
     finally:

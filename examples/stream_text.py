@@ -4,12 +4,12 @@
     .venv-vllm/bin/python examples/stream_text.py --model CKPT --text "Hello there." --out speech.wav  # starts a server
 
 The simulated LLM writes the text a word at a time (``--rate`` words per second) into the standard input of
-``python -m vllm_omni.edge.client --server URL --hardware cpu_x86_64 --text-stdin``, which sends every piece
+``python -m vllm_omni.edge client --server URL --hardware cpu_x86_64 --text-stdin``, which sends every piece
 into one talker request over the server's WebSocket (``"text_mode": "stream"``) and decodes the frames on this
 device as they come: speech starts after the first words. The same pipe from a shell:
 
     python examples/stream_text.py --llm-only --text "Hello there." | \
-        python -m vllm_omni.edge.client --server URL --hardware cpu_x86_64 --text-stdin --voice Ryan --out speech.wav
+        python -m vllm_omni.edge client --server URL --hardware cpu_x86_64 --text-stdin --voice Ryan --out speech.wav
 
 With ``--model`` the server is started here (plans for cpu_x86_64 built at start-up under ``--artifacts``) and
 stopped at the end, as in ``serve_and_stream.py``.
@@ -79,7 +79,7 @@ def main() -> None:
     server, url = start_server(args.model, args.artifacts) if args.model else (None, args.server)
     try:
         client = subprocess.Popen([
-            sys.executable, "-m", "vllm_omni.edge.client", "--server", url, "--hardware", "cpu_x86_64",
+            sys.executable, "-m", "vllm_omni.edge", "client", "--server", url, "--hardware", "cpu_x86_64",
             "--text-stdin", "--voice", args.voice, "--greedy", "--max-frames", args.max_frames, "--out", args.out,
         ], stdin=subprocess.PIPE)  # fmt: skip
         try:

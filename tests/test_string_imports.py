@@ -38,8 +38,9 @@ class Allowed:
 ALLOWED = {
     "vllm_omni.edge.cli.rknn_convert": Allowed(
         "the rockchip_npu builder runs the converter as `python -m` in the converter venv (rknn-toolkit2 cannot "
-        "share a venv with torch): a process boundary, not an import; the command is a declared script",
-        declared_by="vllm_omni.edge.cli.rknn_convert:main",
+        "share a venv with torch): a process boundary, not an import; the command is the declared script's "
+        "`vllm-omni-edge rknn-convert`",
+        declared_by="vllm_omni.edge.cli.main:main",
     ),
     "vllm_omni.model_executor.models.qwen3_tts.modeling_qwen3_tts_talker:Qwen3TTSTalkerForCodecFrames": Allowed(
         "vLLM's ModelRegistry takes the talker as 'module:Class' and imports it in the engine process only; the "
@@ -165,7 +166,7 @@ module = importlib.import_module("vllm_omni.edge.builders.plans")
 other = __import__("executorch")
 built = f"vllm_omni.edge.builders.{BUILDER}"
 MESSAGE = "decode with the stream decoder (vllm_omni.edge.runtime) instead"
-PROG = "python -m vllm_omni.edge.client"
+PROG = "python -m vllm_omni.edge client"
 '''
     found = [(f.line, f.named) for f in named_in_strings(source, "probe.py")]
     assert sorted(found) == [

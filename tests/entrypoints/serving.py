@@ -130,7 +130,7 @@ def client_speaks_the_full_decode(
     from vllm_omni.edge.checkpoint import load_code2wav_decoder
 
     out = work / "speech.wav"
-    command = [sys.executable, "-m", "vllm_omni.edge.client", "--server", server.url, "--hardware", "cpu_x86_64"]
+    command = [sys.executable, "-m", "vllm_omni.edge", "client", "--server", server.url, "--hardware", "cpu_x86_64"]
     command += [*say, "--greedy", "--max-frames", str(frames), "--api-key", KEY]
     command += ["--out", str(out), "--cache-dir", str(work / "cache")]
     with open(work / "client.log", "wb") as log:

@@ -237,7 +237,7 @@ def test_a_server_started_with_a_lower_text_limit_announces_it_and_keeps_the_edg
     text = "Hello there, this sentence is longer than the forty characters one piece may have here."
     assert len(text) > 2 * MAX_INPUT_CHARS
     out = tmp_path / "speech.wav"
-    command = [sys.executable, "-m", "vllm_omni.edge.client", "--server", server.url, "--hardware", "cpu_x86_64"]
+    command = [sys.executable, "-m", "vllm_omni.edge", "client", "--server", server.url, "--hardware", "cpu_x86_64"]
     command += ["--text-stdin", "--voice", "Ryan", "--language", "English", "--greedy", "--max-frames", "6"]
     command += ["--out", str(out), "--cache-dir", str(tmp_path / "cache")]
     run = subprocess.run(command, input=text.encode(), capture_output=True, timeout=300)

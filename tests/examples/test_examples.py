@@ -39,7 +39,7 @@ def test_build_a_plan_then_decode_a_recording_on_the_device(repo_root, small_che
     frames = np.random.default_rng(3).integers(0, 2048, size=(40, 16))
     np.save(tmp_path / "frames.npy", frames)
     subprocess.run(
-        [sys.executable, "-m", "vllm_omni.edge.codec_stream", "record", "--codes", str(tmp_path / "frames.npy"),
+        [sys.executable, "-m", "vllm_omni.edge", "codec-stream", "record", "--codes", str(tmp_path / "frames.npy"),
          "--plan", str(plan), "--out", str(tmp_path / "s.qcs")],
         check=True, cwd=repo_root, capture_output=True, timeout=300,
     )  # fmt: skip

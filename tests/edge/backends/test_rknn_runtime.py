@@ -126,7 +126,7 @@ def test_the_board_loop_example_decodes_a_recording(board_plan, small_decoder, r
     frames = random_codes(13, 16, 2048, seed=5)[0].T.numpy().copy()
     np.save(tmp_path / "frames.npy", frames)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(repo_root)])}
-    record = [sys.executable, "-m", "vllm_omni.edge.codec_stream", "record", "--codes", str(tmp_path / "frames.npy")]
+    record = [sys.executable, "-m", "vllm_omni.edge", "codec-stream", "record", "--codes", str(tmp_path / "frames.npy")]
     record += ["--plan", str(board_plan), "--out", str(tmp_path / "s.qcs")]
     subprocess.run(record, check=True, capture_output=True, env=env, timeout=300)
     example = [sys.executable, str(repo_root / "examples" / "decode_on_device.py"), "--plan", str(board_plan)]

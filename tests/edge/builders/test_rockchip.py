@@ -188,7 +188,7 @@ def test_a_recorded_stream_through_the_edge_client_in_the_simulator_matches_the_
     plan = ExecPlan.load(out)
     frames = np.random.default_rng(11).integers(0, 2048, size=(15, 16), dtype=np.int64)
     (tmp_path / "stream.qcs").write_bytes(recording(segment_messages(plan, [frames], per_message=5)))
-    command = [str(CONVERTER_PYTHON), "-m", "vllm_omni.edge.client", "--stream", str(tmp_path / "stream.qcs")]
+    command = [str(CONVERTER_PYTHON), "-m", "vllm_omni.edge", "client", "--stream", str(tmp_path / "stream.qcs")]
     command += ["--plan", str(out), "--rknn-runtime", "simulator", "--out", str(tmp_path / "rk.wav")]
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]

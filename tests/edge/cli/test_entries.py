@@ -1,4 +1,5 @@
-"""Every command line answers: the [project.scripts] entry points and the `python -m` entries the docs use."""
+"""Every command line answers: the one `vllm-omni-edge` command and each of its subcommands, and the `python -m`
+entries the docs use (the mission's `python -m vllm_omni.edge.decoder_export` among them)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ import tomllib
 import pytest
 
 PYTHON_M_ENTRIES = (
-    ("vllm_omni.edge", "usage: python -m vllm_omni.edge "),
+    ("vllm_omni.edge", "usage: vllm-omni-edge "),
     ("vllm_omni.edge.decoder_export", "usage: python -m vllm_omni.edge.decoder_export "),
-    ("vllm_omni.edge.client", "usage: python -m vllm_omni.edge.client "),
-    ("vllm_omni.edge.codec_stream", "usage: python -m vllm_omni.edge.codec_stream "),
     ("vllm_omni.testing.make_checkpoint", "--geometry {released,small}"),
     ("vllm_omni.edge.cli.rknn_convert", "usage: python -m vllm_omni.edge.cli.rknn_convert "),
 )
@@ -25,22 +24,32 @@ def scripts(repo_root) -> dict[str, str]:
     return {name: target for name, target in entries.items() if name.startswith("vllm-omni-edge")}
 
 
-def test_every_script_entry_point_is_a_main_that_parses_help(repo_root, capsys):
+SUBCOMMANDS = ("build", "plan", "hardware", "export", "client", "codec-stream", "rknn-convert")
+
+
+def test_one_script_whose_every_subcommand_parses_help(repo_root, capsys):
     entries = scripts(repo_root)
-    assert set(entries) == {
-        "vllm-omni-edge",
-        "vllm-omni-edge-export",
-        "vllm-omni-edge-client",
-        "vllm-omni-edge-codec-stream",
-        "vllm-omni-edge-rknn-convert",
-    }
-    for name, target in entries.items():
-        module_name, _, function = target.partition(":")
-        main = getattr(importlib.import_module(module_name), function)
+    assert entries == {"vllm-omni-edge": "vllm_omni.edge.cli.main:main"}
+    module_name, _, function = entries["vllm-omni-edge"].partition(":")
+    main = getattr(importlib.import_module(module_name), function)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    listed = capsys.readouterr().out
+    assert exit_info.value.code == 0 and all(name in listed for name in SUBCOMMANDS), listed
+    for name in SUBCOMMANDS:
         with pytest.raises(SystemExit) as exit_info:
-            main(["--help"])
+            main([name, "--help"])
         assert exit_info.value.code == 0, name
-        assert capsys.readouterr().out.startswith("usage: "), name
+        assert capsys.readouterr().out.startswith(f"usage: vllm-omni-edge {name} "), name
+
+
+def test_a_subcommand_with_its_own_parser_returns_its_usage_error(capsys):
+    from vllm_omni.edge.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["codec-stream", "record", "--codes"])
+    assert exit_info.value.code == 2
+    assert "usage: vllm-omni-edge codec-stream record" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("module", "usage"), PYTHON_M_ENTRIES)

@@ -154,7 +154,7 @@ def test_a_reader_that_dies_of_an_unexpected_error_ends_the_run_instead_of_hangi
 def test_an_interrupted_stdin_stream_keeps_its_audio_in_the_output_file(cpu_plan, stream_bytes, tmp_path, repo_root):
     out = tmp_path / "live.wav"
     process = subprocess.Popen(
-        [sys.executable, "-m", "vllm_omni.edge.client", "--stream", "-", "--plan", str(cpu_plan), "--out", str(out)],
+        [sys.executable, "-m", "vllm_omni.edge", "client", "--stream", "-", "--plan", str(cpu_plan), "--out", str(out)],
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=repo_root,

@@ -169,7 +169,7 @@ def test_a_served_stream_and_plan_are_fetched_checked_and_decoded(cpu_plan, cpu,
 def test_pcm_goes_to_stdout_as_raw_s16le(cpu_plan, cpu, frames, tmp_path, repo_root):
     (tmp_path / "s.qcs").write_bytes(recording(segment_messages(cpu, [frames])))
     result = subprocess.run(
-        [sys.executable, "-m", "vllm_omni.edge.client", "--stream", "-", "--plan", str(cpu_plan), "--pcm-stdout"],
+        [sys.executable, "-m", "vllm_omni.edge", "client", "--stream", "-", "--plan", str(cpu_plan), "--pcm-stdout"],
         input=(tmp_path / "s.qcs").read_bytes(),
         capture_output=True,
         cwd=repo_root,

@@ -1,9 +1,9 @@
 """The edge client: a codec-token stream in, audio out, decoded on this device with an execution plan.
 
-    python -m vllm_omni.edge.client --stream URL_OR_FILE --plan DIR_OR_URL [--out speech.wav] [--pcm-stdout]
-    python -m vllm_omni.edge.client --server http://HOST:PORT --hardware CLASS --text "..." --voice Ryan \
+    python -m vllm_omni.edge client --stream URL_OR_FILE --plan DIR_OR_URL [--out speech.wav] [--pcm-stdout]
+    python -m vllm_omni.edge client --server http://HOST:PORT --hardware CLASS --text "..." --voice Ryan \
         [--api-key KEY] --out speech.wav
-    some-llm ... | python -m vllm_omni.edge.client --server URL --hardware CLASS --text-stdin --voice Ryan --out a.wav
+    some-llm ... | python -m vllm_omni.edge client --server URL --hardware CLASS --text-stdin --voice Ryan --out a.wav
 
 With ``--server`` (a ``vllm serve --omni`` server) the client takes the plan of ``--hardware`` from
 the server (downloading or reusing its artifacts), sends the text as a speech request
@@ -51,8 +51,8 @@ from ..errors import EdgeError
 from ..files import directory_problem
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m vllm_omni.edge.client", description=__doc__.split("\n\n")[0])
+def build_parser(prog: str = "vllm-omni-edge client") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--stream", help="http(s) URL, recorded stream file, or - for stdin")
     parser.add_argument("--plan", help="plan directory, exec_plan.json, or the URL of either")
     server = parser.add_argument_group("from a server (vllm serve --omni): plan, artifacts and stream")
@@ -132,8 +132,8 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM ends the run like Ctrl-C: the audio so far is kept
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "vllm-omni-edge client") -> int:
+    args = build_parser(prog).parse_args(argv)
     if args.out is None and not args.pcm_stdout:
         print("error: nothing to write: give --out FILE.wav and/or --pcm-stdout", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""``python -m vllm_omni.edge.codec_stream record|inspect`` (script ``vllm-omni-edge-codec-stream``).
+"""``vllm-omni-edge codec-stream record|inspect`` (``python -m vllm_omni.edge codec-stream ...``).
 
 ``record`` turns codes (``.npy``, int ``[T, Q]``) into a recorded stream for a plan; ``inspect``
 prints one line per message of a recording. Exit codes: 0 done, 1 unreadable or invalid input
@@ -24,8 +24,8 @@ from ..stream import PACKINGS, RECORDING_MAGIC, FrameBatch, StreamStart, encode_
 from .types import positive_int, same_file
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vllm_omni.edge.codec_stream")
+def main(argv: list[str] | None = None, prog: str = "vllm-omni-edge codec-stream") -> int:
+    parser = argparse.ArgumentParser(prog=prog)
     commands = parser.add_subparsers(dest="command", required=True)
     rec = commands.add_parser("record", help="codes (.npy, int [T, Q]) -> a recorded stream for a plan")
     rec.add_argument("--codes", type=Path, required=True)

@@ -1,4 +1,4 @@
-"""Export the windowed programs of a Qwen3-TTS checkpoint's Code2Wav decoder (script ``vllm-omni-edge-export``).
+"""Export the windowed programs of a Qwen3-TTS checkpoint's Code2Wav decoder (``vllm-omni-edge export``).
 
 One fixed-shape program per window of the ramp, verified, plus ``manifest.json``
 (:func:`vllm_omni.edge.builders.windowed.export_windowed_programs`)::
@@ -16,13 +16,15 @@ from pathlib import Path
 from ..errors import EdgeError
 from .types import add_checkpoint_argument
 
+PROG = "python -m vllm_omni.edge.decoder_export"
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     from ..backends.executorch.export import PARTITIONERS
     from ..backends.registry import windowed_backend_names
 
     parser = argparse.ArgumentParser(
-        prog="python -m vllm_omni.edge.decoder_export",
+        prog=prog,
         description="Export, verify and describe the windowed Code2Wav programs of a Qwen3-TTS checkpoint.",
     )
     add_checkpoint_argument(parser, "--model", "checkpoint dir, its speech_tokenizer/ dir, or a hub id")
@@ -45,10 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     from ..builders.windowed import WindowedExportRequest, export_summary, export_windowed_programs
 
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     if not args.model:
         print("error: no model: pass --model DIR_OR_HUB_ID or set QWEN3_TTS_MODEL", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 """The edge client, split by concern: :mod:`.transport` (streams and plans from files or URLs),
 :mod:`.playback` (the speaker model), :mod:`.session` (one stream decoded with a plan). Its
-command line is :mod:`vllm_omni.edge.cli.client` (``python -m vllm_omni.edge.client``).
+command line is :mod:`vllm_omni.edge.cli.client` (``python -m vllm_omni.edge client``).
 
 Device side: numpy, the plan's backend runtime (onnxruntime for the CPU classes) and this
 package; no torch (``pip install 'vllm-omni-edge[client]' --no-deps`` plus numpy and onnxruntime).

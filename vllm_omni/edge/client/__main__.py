@@ -1,3 +1,0 @@
-from ..cli.client import main
-
-raise SystemExit(main())
