@@ -3,10 +3,10 @@ PY := .venv/bin/python
 # Test modules that run in the serving venv (marked `vllm`; the rest of the suite needs .venv's packages), in two
 # passes that run side by side (tools/run_test_passes.py), then the main pass in the lane the first frees: the
 # modules that start a `vllm serve` of their own, and the rest (engines, the official talker, the examples).
-VLLM_SERVER_TESTS := tests/entrypoints/test_browser.py tests/entrypoints/test_serve.py tests/entrypoints/test_voice_serve.py tests/entrypoints/test_serve_guard.py
+VLLM_SERVER_TESTS := tests/entrypoints/browser/test_browser.py tests/entrypoints/routes/test_serve.py tests/entrypoints/routes/test_voice_serve.py tests/entrypoints/server/test_serve_guard.py
 VLLM_ENGINE_TESTS := tests/entrypoints $(addprefix --ignore=,$(VLLM_SERVER_TESTS)) \
 	tests/model_executor/models/qwen3_tts/test_talker.py \
-	tests/model_executor/models/qwen3_tts/test_tokenizer_encoder.py tests/model_executor/models/qwen3_tts/test_speaker_encoder.py \
+	tests/model_executor/models/qwen3_tts/tokenizer_12hz/test_tokenizer_encoder.py tests/model_executor/models/qwen3_tts/test_speaker_encoder.py \
 	tests/model_executor/models/qwen3_tts/test_batch_layout_backends.py tests/model_executor/models/qwen3_tts/test_text_stream.py \
 	tests/model_executor/models/qwen3_tts/test_vllm_symbols.py tests/examples
 MAIN_PASS := main="$(PY) -m pytest -q --durations=30 -m 'not vllm'"

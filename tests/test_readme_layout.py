@@ -78,3 +78,20 @@ def test_every_top_level_folder_is_named_in_the_readme_layout_table():
     assert "vllm_omni/" in folders and "web/" in folders
     missing = [folder for folder in folders if not any(path.startswith(folder) for path in named)]
     assert not missing, f"README.md's layout table has no row for {missing}: add one that says what it holds"
+
+
+# Test folders of what is not a package: the benchmarks' harness, the examples, the page's node fixtures, tools/.
+BESIDE_THE_PACKAGE = ("benchmarks", "examples", "web", "tools")
+
+
+def test_the_tests_mirror_the_package():
+    """A folder of tests is the package folder it tests (``tests/edge/plan/`` tests ``vllm_omni/edge/plan/``)."""
+    tests = REPO / "tests"
+    folders = sorted({path.parent.relative_to(tests) for path in tests.rglob("test_*.py")} - {Path(".")})
+    assert len(folders) > 10
+    astray = [
+        folder.as_posix()
+        for folder in folders
+        if folder.parts[0] not in BESIDE_THE_PACKAGE and not (REPO / "vllm_omni" / folder).is_dir()
+    ]
+    assert not astray, f"tests/{astray} mirror no folder of vllm_omni/: move them where their package is"

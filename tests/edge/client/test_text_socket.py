@@ -1,6 +1,6 @@
 """The client's WebSocket session (``--text-stdin``): messages read as the socket delivers them, text cut by the
 limits the server announces in its start message, bounded waits. A stand-in connection plays the server (the real
-one: tests/entrypoints/test_serve_guard.py, started with lower limits)."""
+one: tests/entrypoints/server/test_serve_guard.py, started with lower limits)."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ from vllm_omni.testing.make_checkpoint import write_checkpoint
 
 pytestmark = pytest.mark.vllm
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
+REPO_ROOT = Path(__file__).resolve().parents[5]
 ORACLE_PYTHON = REPO_ROOT / ".venv-oracle" / "bin" / "python"
 ORACLE_SCRIPT = REPO_ROOT / "tools" / "oracle" / "qwen_tts_oracle.py"
 VOICES = REPO_ROOT / "tests" / "fixtures" / "voices"

@@ -34,11 +34,11 @@ import pytest
 
 from vllm_omni.edge.stream import FrameBatch, iter_events
 
-from .serving import KEY, as_recording, client_speaks_the_full_decode, running_server
+from ..serving import KEY, as_recording, client_speaks_the_full_decode, running_server
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "voices"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "voices"
 REFERENCE_TEXT = "The quick"
 SAY = {"input": "Hello from a cloned voice.", "language": "English", "greedy": True, "max_frames": 20}
 

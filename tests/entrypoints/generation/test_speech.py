@@ -20,7 +20,7 @@ from vllm_omni.entrypoints.generation.speech import (
     SpeechRequestError,
 )
 
-from .oracle import run_oracle
+from ..oracle import run_oracle
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 

@@ -15,11 +15,11 @@ import pytest
 
 from vllm_omni.entrypoints.generation.speech import SpeechRequest, SpeechRequestError
 
-from .oracle import run_oracle
+from ..oracle import run_oracle
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "voices"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "voices"
 VOICES = {
     "a": ("ref_a_22k.wav", "The quick brown fox jumps over the lazy dog near the river bank."),
     "b": ("ref_b_22k.wav", "She sells sea shells by the sea shore every summer morning."),

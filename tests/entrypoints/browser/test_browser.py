@@ -35,7 +35,7 @@ from vllm_omni.entrypoints.browser.browser_page import ISOLATION_HEADERS, WEB_DI
 from vllm_omni.entrypoints.websocket.socket_auth import CODEC_SUBPROTOCOL
 from vllm_omni.testing.browser import open_headless_chromium
 
-from .serving import KEY, as_recording, bearer, running_server
+from ..serving import KEY, as_recording, bearer, running_server
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 

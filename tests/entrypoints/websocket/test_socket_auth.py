@@ -13,7 +13,7 @@ from vllm_omni.entrypoints.websocket.socket_auth import (
     with_subprotocol_key,
 )
 
-from .serving import bearer
+from ..serving import bearer
 
 
 def handshake(subprotocols: list[str], headers: list[tuple[bytes, bytes]] = (), path: str = SOCKET_PATH) -> dict:

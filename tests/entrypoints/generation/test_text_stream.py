@@ -21,14 +21,14 @@ import pytest
 
 from vllm_omni.entrypoints.generation.speech import AsyncCodecFrameGenerator, SpeechRequest, SpeechRequestError
 
-from .conftest import kv_freed
-from .oracle import run_oracle
+from ..conftest import kv_freed
+from ..oracle import run_oracle
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
 FRAMES = 50
 PAUSE_S = 2.5
-VOICES = Path(__file__).resolve().parents[1] / "fixtures" / "voices"
+VOICES = Path(__file__).resolve().parents[2] / "fixtures" / "voices"
 SCHEDULES = ("all_at_once", "random_pieces", "pause", "per_character")
 
 # name -> (checkpoint kind, request fields, text)

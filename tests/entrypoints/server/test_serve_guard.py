@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from .serving import running_server
+from ..serving import running_server
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 

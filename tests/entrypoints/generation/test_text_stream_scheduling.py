@@ -27,7 +27,7 @@ from vllm_omni.entrypoints.generation.streamed_text import (
     TextSession,
 )
 
-from .conftest import ENGINE, KvUsage, kv_freed
+from ..conftest import ENGINE, KvUsage, kv_freed
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 

@@ -30,7 +30,7 @@ from vllm_omni.edge.audio import float_to_pcm16, snr_db
 from vllm_omni.edge.plan.model import ExecPlan
 from vllm_omni.edge.stream import FrameBatch, iter_events
 
-from .serving import KEY, as_recording, client_speaks_the_full_decode, marker_plugin, running_server
+from ..serving import KEY, as_recording, client_speaks_the_full_decode, marker_plugin, running_server
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 

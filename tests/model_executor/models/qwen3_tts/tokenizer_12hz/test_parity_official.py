@@ -26,7 +26,7 @@ from vllm_omni.testing.make_checkpoint import decoder_shapes
 
 pytestmark = pytest.mark.oracle
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
+REPO_ROOT = Path(__file__).resolve().parents[5]
 ORACLE_PYTHON = REPO_ROOT / ".venv-oracle" / "bin" / "python"
 ORACLE_SCRIPT = REPO_ROOT / "tools" / "oracle" / "qwen_tts_oracle.py"
 REPORTS = REPO_ROOT / "out" / "test-reports"
