@@ -3,8 +3,8 @@
     python -m benchmarks.bench_parity --out out/bench [--geometry released] [--frames 1 7 71 72 73 150]
         [--chunked-frames 400]
 
-The suite checks the same property cheaply (``tests/model_executor/models/qwen3_tts/tokenizer_12hz/test_parity_official.py``):
-this pattern of lengths (both sides of the attention window, past it, the official ``chunked_decode`` across its
+The suite checks the same property cheaply
+(``tests/model_executor/models/qwen3_tts/tokenizer_12hz/test_parity_official.py``): this pattern of lengths (both sides of the attention window, past it, the official ``chunked_decode`` across its
 300-frame chunks) at the small and the odd geometry, and one stream across the 72-frame window at the released
 one. Here the released geometry runs the whole sweep, two to three minutes on 2 cores.
 
