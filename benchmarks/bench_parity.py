@@ -4,9 +4,10 @@
         [--chunked-frames 400]
 
 The suite checks the same property cheaply
-(``tests/model_executor/models/qwen3_tts/tokenizer_12hz/test_parity_official.py``): this pattern of lengths (both sides of the attention window, past it, the official ``chunked_decode`` across its
-300-frame chunks) at the small and the odd geometry, and one stream across the 72-frame window at the released
-one. Here the released geometry runs the whole sweep, two to three minutes on 2 cores.
+(``tests/model_executor/models/qwen3_tts/tokenizer_12hz/test_parity_official.py``): this pattern of lengths
+(both sides of the attention window, past it, the official ``chunked_decode`` across its 300-frame chunks) at the
+small and the odd geometry, and one stream across the 72-frame window at the released one. Here the released
+geometry runs the whole sweep, two to three minutes on 2 cores.
 
 The oracle (``tools/oracle/qwen_tts_oracle.py`` in ``.venv-oracle``, ``make setup-oracle``) builds the official
 decoder with RANDOM WEIGHTS, writes a checkpoint in the released layout and decodes seeded codes; we load that
