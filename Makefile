@@ -131,4 +131,4 @@ clean:
 # Needs a python whose torch has CUDA (GPU_PYTHON, default python3); under 5 minutes at the released sizes.
 GPU_PYTHON ?= python3
 gpu-check:
-	$(GPU_PYTHON) tools/gpu_check.py --out out/gpu-check
+	PYTHONPATH=$(CURDIR) $(GPU_PYTHON) tools/gpu_check.py --out out/gpu-check  # the package from this checkout, however GPU_PYTHON was made

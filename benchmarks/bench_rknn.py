@@ -7,7 +7,7 @@ RANDOM WEIGHTS. Two checkpoints (:mod:`vllm_omni.testing.drive`): ``hot`` (make_
 weights, output RMS about 0.07, SnakeBeta driven hard) and ``moderate`` (seed 1, the waveform
 blocks' convs x0.5, final conv rescaled to a loud output). The ONNX step graphs (NPU layout,
 ``time_on_height``) are exported once per checkpoint and B; then, one converter process per row
-(``python -m vllm_omni.edge.cli.rknn_convert --onnx ... --model-dir ...``), each is compiled for
+(``vllm-omni-edge rknn-convert --onnx ... --model-dir ...``), each is compiled for
 its target in fp16 and streamed ``--check-steps`` steps through the simulator against the full
 decode (the main rows mix the ``--first`` graph in: step 0 and every fifth). Rows, in order of
 importance: ``hot`` main+first on each target, ``moderate`` main+first on the first target, the
@@ -38,7 +38,7 @@ from pathlib import Path
 from benchmarks.harness import ensure_checkpoint, run_cli, table, write_json
 from vllm_omni.edge.builders.rknn.build import MAX_PASS_FRAMES
 
-CONVERTER = ["-m", "vllm_omni.edge.cli.rknn_convert"]
+CONVERTER = ["-m", "vllm_omni.edge", "rknn-convert"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,6 +40,7 @@ import contextlib
 import itertools
 import json
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -61,7 +62,7 @@ from benchmarks.harness import (
     vllm_server,
     write_json,
 )
-from vllm_omni.edge.client.session import MessageSource, RecordedMessages
+from vllm_omni.edge.client.session import END, IDLE, MessageSource, RecordedMessages
 from vllm_omni.edge.stream import KIND_BINARY
 from vllm_omni.edge.stream.messages import HEADER
 
@@ -155,31 +156,56 @@ def frame_lags(frames_at: list, pieces_at: list[float], commits: list[int]) -> l
 class TimedMessages(MessageSource):
     """The session's message source, passed through unchanged, remembering when each frames message arrived.
 
-    Wraps a WebSocket's :class:`~vllm_omni.edge.client.text_socket.SocketMessages` as it is, and an HTTP body in
-    the client's :class:`~vllm_omni.edge.client.session.RecordedMessages`: the times are those of the messages the
-    session parses, with nothing parsed twice."""
+    A thread of its own takes the messages from the source as the transport delivers them (a WebSocket's
+    :class:`~vllm_omni.edge.client.text_socket.SocketMessages`, or an HTTP body read by the client's
+    :class:`~vllm_omni.edge.client.session.RecordedMessages`) and stamps them then, so an arrival is the server's
+    time, not the moment the decoder loop got round to the message; the session takes them in order."""
 
     def __init__(self, source) -> None:
         self.source = source if isinstance(source, MessageSource) else RecordedMessages(source)
         self.framing_bytes = self.source.framing_bytes
         self.arrivals: list[tuple[float, int]] = []  # (when, frames) of every frames message that carried frames
+        self.items: queue.Queue = queue.Queue()
+        self.stop = threading.Event()
+        self.pump = threading.Thread(target=self._pump, daemon=True)
+        self.pump.start()
+
+    def _pump(self) -> None:
+        while not self.stop.is_set():
+            try:
+                item = self.source.receive(0.5)
+            except Exception as error:  # the transport's error, handed to the session after what came before it
+                self.items.put(error)
+                return
+            if item is IDLE:
+                continue
+            if isinstance(item, tuple) and item[0] == KIND_BINARY and len(item[1]) >= HEADER.size:
+                count = HEADER.unpack_from(item[1])[2]  # the frames message's count (the parser checks the rest)
+                if count:
+                    self.arrivals.append((time.perf_counter(), count))
+            self.items.put(item)
+            if item is END:
+                return
 
     def receive(self, idle_s):
-        item = self.source.receive(idle_s)
-        if isinstance(item, tuple) and item[0] == KIND_BINARY and len(item[1]) >= HEADER.size:
-            count = HEADER.unpack_from(item[1])[2]  # the frames message's count (the parser checks the rest)
-            if count:
-                self.arrivals.append((time.perf_counter(), count))
+        try:
+            item = self.items.get(timeout=idle_s)
+        except queue.Empty:
+            return IDLE
+        if isinstance(item, Exception):
+            raise item
         return item
 
     def started(self, start) -> None:
         self.source.started(start)
 
     def close(self) -> None:
+        self.stop.set()
         self.source.close()
+        self.pump.join(timeout=5)
 
     def frame_arrivals(self) -> list[tuple[float, int]]:
-        """``(time, frames)`` of every frames message that carried frames, when it was received whole."""
+        """``(time, frames)`` of every frames message that carried frames, when the transport delivered it."""
         return self.arrivals
 
 

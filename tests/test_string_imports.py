@@ -36,10 +36,9 @@ class Allowed:
 
 
 ALLOWED = {
-    "vllm_omni.edge.cli.rknn_convert": Allowed(
-        "the rockchip_npu builder runs the converter as `python -m` in the converter venv (rknn-toolkit2 cannot "
-        "share a venv with torch): a process boundary, not an import; the command is the declared script's "
-        "`vllm-omni-edge rknn-convert`",
+    "vllm_omni.edge": Allowed(
+        "the rknn builder runs `python -m vllm_omni.edge rknn-convert` in the converter venv (rknn-toolkit2 cannot "
+        "share a venv with torch): a process boundary, not an import; the command is the declared script",
         declared_by="vllm_omni.edge.cli.main:main",
     ),
     "vllm_omni.model_executor.models.qwen3_tts.modeling_qwen3_tts_talker:Qwen3TTSTalkerForCodecFrames": Allowed(

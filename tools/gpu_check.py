@@ -1,6 +1,6 @@
 """The talker's and the decoder's device-side parts on a GPU, in plain torch (no vLLM, no transformers).
 
-    python tools/gpu_check.py --out out/gpu-check [--device cuda] [--geometry released|small]
+    PYTHONPATH=. python tools/gpu_check.py --out out/gpu-check [--device cuda] [--geometry released|small]
     make gpu-check
 
 A lent GPU machine has torch with CUDA but no vLLM and no registry, so this checks the parts of a GPU
@@ -39,8 +39,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vllm_omni.edge.audio import snr_db
 from vllm_omni.edge.graphs.stateful import Code2WavStep

@@ -6,14 +6,14 @@ Run from the serving venv (``.venv-vllm``): the ``vllm`` command is the one besi
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from vllm_omni.testing.serve import ServerStartError, vllm_serve
 
 from .errors import BenchmarkError
 
@@ -30,12 +30,6 @@ class VllmServer:
         return int(self.url.rsplit(":", 1)[1])
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def vllm_server(
     checkpoint: Path,
@@ -49,41 +43,19 @@ def vllm_server(
     start_timeout: float = 900,
     stop_timeout: float = 120,
 ) -> Iterator[VllmServer]:
-    """``vllm serve`` on a free loopback port (``extra_args`` appended; a later flag wins), yielded once
-    ``/health`` answers; its output goes to ``log``. On exit it is terminated, and killed after
-    ``stop_timeout`` seconds."""
-    port = free_port()
-    command = [str(Path(sys.executable).parent / "vllm"), "serve", str(checkpoint), "--omni"]
-    command += ["--edge-hardware", hardware, "--edge-artifacts", str(artifacts), "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", str(max_model_len)]
-    command += ["--block-size", "32", "--kv-cache-memory-bytes", kv_cache]  # docs/serving/serve.md: CPU memory
-    command += list(extra_args)
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    """The test kit's ``vllm serve`` (:func:`vllm_omni.testing.serve.vllm_serve`) with the benchmarks' engine
+    arguments (``extra_args`` appended; a later flag wins), yielded once ``/health`` answers."""
+    args = ["--dtype", "float32", "--enforce-eager", "--max-model-len", str(max_model_len)]
+    args += ["--block-size", "32", "--kv-cache-memory-bytes", kv_cache]  # docs/serving/serve.md: CPU memory
+    served = vllm_serve(
+        checkpoint, hardware=hardware, artifacts=artifacts, log=log, args=[*args, *extra_args],
+        start_timeout=start_timeout, stop_timeout=stop_timeout,
+    )  # fmt: skip
     try:
-        server = VllmServer(process, f"http://127.0.0.1:{port}")
-        _wait_for_health(server, log, start_timeout)
-        yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=stop_timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=60)
-
-
-def _wait_for_health(server: VllmServer, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise BenchmarkError(f"the server exited:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(server.url + "/health", timeout=5):
-                return
-        except OSError:
-            time.sleep(2)
-    raise BenchmarkError(f"the server did not start in {timeout:.0f} s; see {log}")
+        with served as (process, url):
+            yield VllmServer(process, url)
+    except ServerStartError as error:
+        raise BenchmarkError(str(error)) from None
 
 
 def metric(url: str, name: str, **labels: str) -> float:
@@ -102,8 +74,9 @@ def drain(url: str, limit_s: float = 60.0, every_s: float = 0.2) -> float | None
     """Wait until the engine runs no request (``vllm:num_requests_running`` is 0), at most ``limit_s``: the
     seconds it took, None if requests still ran at the limit."""
     started = time.monotonic()
-    while time.monotonic() - started < limit_s:
+    while True:  # read at least once, however little of the limit is left
         if metric(url, "vllm:num_requests_running") == 0:
             return time.monotonic() - started
+        if time.monotonic() - started >= limit_s:
+            return None
         time.sleep(every_s)
-    return None

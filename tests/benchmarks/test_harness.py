@@ -8,6 +8,7 @@ import json
 import pytest
 
 from benchmarks.harness import BenchmarkError, ensure_checkpoint, number, run_worker, speaker, table
+from vllm_omni.testing.stamps import random_weights_stamp
 
 
 def test_the_speaker_stalls_from_running_dry_until_its_jitter_buffer_refills():
@@ -41,8 +42,8 @@ def test_the_table_is_markdown_with_the_name_column_left_and_none_as_a_dash():
 
 def test_a_checkpoint_stamped_as_asked_is_kept_and_another_talker_is_not(tmp_path, monkeypatch):
     (tmp_path / "speech_tokenizer").mkdir()
-    (tmp_path / "speech_tokenizer" / "config.json").write_text(json.dumps({"random_weights": {"geometry": "small",
-                                                                                              "seed": 0}}))  # fmt: skip
+    stamp = random_weights_stamp("small", 0)  # the test kit's rule: one for the harness and the tests
+    (tmp_path / "speech_tokenizer" / "config.json").write_text(json.dumps({"random_weights": stamp}))
     (tmp_path / "speech_tokenizer" / "model.safetensors").write_bytes(b"")
     (tmp_path / "config.json").write_text(json.dumps({"random_weights": {"talker_geometry": "tiny"}}))
     (tmp_path / "model.safetensors").write_bytes(b"")
@@ -53,7 +54,12 @@ def test_a_checkpoint_stamped_as_asked_is_kept_and_another_talker_is_not(tmp_pat
     monkeypatch.setattr("benchmarks.harness.checkpoints.ProcessPoolExecutor", refuse)
     assert ensure_checkpoint(tmp_path, "small") == tmp_path
     assert ensure_checkpoint(tmp_path, "small", talker="tiny") == tmp_path
-    for asked in ({"geometry": "released"}, {"geometry": "small", "talker": "0.6b"}, {"seed": 1}):
+    for asked in (
+        {"geometry": "released"},
+        {"geometry": "small", "talker": "0.6b"},
+        {"seed": 1},
+        {"drive": "moderate"},
+    ):
         with pytest.raises(AssertionError, match="written again"):
             ensure_checkpoint(tmp_path, **{"geometry": "small", **asked})
 

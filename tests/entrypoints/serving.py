@@ -6,8 +6,6 @@ import base64
 import contextlib
 import io
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +19,7 @@ import numpy as np
 import pytest
 
 from vllm_omni.edge.stream import FrameBatch, iter_events
+from vllm_omni.testing.serve import ServerStartError, vllm_serve
 
 KEY = "test-key-123"
 # The tiny talker's engine: fp32, eager, a 64 MB KV cache (docs/serving/serve.md: CPU memory).
@@ -32,12 +31,6 @@ def bearer(key: str) -> str:
     """``key`` as the WebSocket subprotocol a browser offers it in (``bearer.<base64url>``, no padding), as
     ``web/page/app.mjs`` writes it and ``vllm_omni.entrypoints.websocket.socket_auth`` reads it."""
     return "bearer." + base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Server:
@@ -74,38 +67,17 @@ def running_server(
     env: dict[str, str] | None = None,
     key: str | None = KEY,
 ) -> Iterator[Server]:
-    """``vllm serve checkpoint --omni --edge-hardware hardware`` (plans under ``work/artifacts``, log in
-    ``work/server.log``, ``env`` added to the environment) behind ``key`` (None: a server without one), once
-    ``/health`` answers; terminated on exit."""
-    port, log = free_port(), work / "server.log"
-    command = [str(Path(sys.executable).parent / "vllm"), "serve", str(checkpoint), "--omni"]
-    command += ["--edge-hardware", hardware, "--edge-artifacts", str(work / "artifacts")]
-    command += ["--host", "127.0.0.1", "--port", str(port), *(["--api-key", key] if key else []), *ENGINE_ARGS]
-    command += extra_args
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
+    """``vllm serve checkpoint --omni --edge-hardware hardware`` (the test kit's launcher; plans under
+    ``work/artifacts``, log in ``work/server.log``, ``env`` added to the environment) behind ``key`` (None: a server
+    without one), once ``/health`` answers; terminated on exit."""
+    log = work / "server.log"
+    args = [*(["--api-key", key] if key else []), *ENGINE_ARGS, *extra_args]
     try:
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"the server exited with {process.returncode}:\n{log.read_text()[-4000:]}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the server did not come up in 600 s:\n{log.read_text()[-4000:]}")
-            time.sleep(2)
-        yield Server(url, work / "artifacts", process, log)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        served = vllm_serve(checkpoint, hardware=hardware, artifacts=work / "artifacts", log=log, args=args, env=env)
+        with served as (process, url):
+            yield Server(url, work / "artifacts", process, log)
+    except ServerStartError as error:
+        pytest.fail(str(error))
 
 
 def as_recording(messages: list) -> list:

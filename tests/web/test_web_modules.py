@@ -51,7 +51,8 @@ def js_constant(module: str, name: str) -> str:
 
 def test_the_page_and_the_python_side_write_each_shared_string_once_and_alike():
     """The protocol name (the WebSocket subprotocol too) and the socket's route: one constant per language, equal;
-    the page's fallback limits for a server that announces none are the Python client's."""
+    the page holds no server's limits (it reads the announcement), and the Python client's fallback for a server
+    older than the announcement is that server's defaults."""
     from vllm_omni.edge.client.text_socket import UNANNOUNCED_LIMITS
     from vllm_omni.edge.stream import PROTOCOL, SOCKET_PATH
     from vllm_omni.entrypoints.websocket.socket_auth import CODEC_SUBPROTOCOL
@@ -64,8 +65,9 @@ def test_the_page_and_the_python_side_write_each_shared_string_once_and_alike():
     for value in (PROTOCOL, SOCKET_PATH):  # defined (a name bound to the string) once per language
         defined = sorted(str(path.relative_to(REPO)) for path, text in sources.items() if f'= "{value}"' in text)
         assert defined == ["vllm_omni/edge/stream/messages.py", "web/edge/stream.mjs"], (value, defined)
-    fallback = (WEB / "edge" / "session_limits.mjs").read_text()
-    block = fallback[fallback.index("UNANNOUNCED_LIMITS = Object.freeze({") :].split("});", 1)[0]
-    for key, value in UNANNOUNCED_LIMITS.to_json().items():
-        number = re.search(rf"\b{key}: (\d+)(?: << (\d+))?,", block)  # `4096` or `1 << 20`
-        assert number and int(number.group(1)) << int(number.group(2) or 0) == value, (key, block)
+    page = [path for path in (WEB / "page").glob("*.mjs")] + [path for path in (WEB / "edge").glob("*.mjs")]
+    assert not [path.name for path in page if "max_input_chars: 4096" in path.read_text()]
+    from vllm_omni.entrypoints.openai.speech_limits import SpeechLimits
+
+    defaults = SpeechLimits()
+    assert {key: getattr(defaults, key) for key in UNANNOUNCED_LIMITS.to_json()} == UNANNOUNCED_LIMITS.to_json()

@@ -57,7 +57,9 @@ class PluginGroup:
     def load(self, name: str) -> Any:
         """What plugin ``name`` gives; raises ``error`` listing the known names for an unknown one, and naming the
         plugin for one that fails to load or gives what ``accept`` refuses."""
-        plugins = self.entry_points()
+        return self._load(self.entry_points(), name)
+
+    def _load(self, plugins: dict[str, metadata.EntryPoint], name: str) -> Any:
         if name not in plugins:
             raise self.error(f"unknown {self.kind} {name!r}; known: {', '.join((*self.builtin, *plugins))}")
         try:
@@ -68,10 +70,10 @@ class PluginGroup:
 
     def load_all(self) -> dict[str, Any]:
         """What every plugin gives, by name; a plugin that fails (:meth:`load`'s error) is logged and skipped."""
-        loaded = {}
-        for name in self.entry_points():
+        loaded, plugins = {}, self.entry_points()  # one scan (a shadowed plugin is logged once)
+        for name in plugins:
             try:
-                loaded[name] = self.load(name)
+                loaded[name] = self._load(plugins, name)
             except self.error as exc:
                 logger.warning("%s", exc)
         return loaded

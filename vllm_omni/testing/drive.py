@@ -45,7 +45,7 @@ def write_drive_checkpoint(
     config = GEOMETRIES[geometry]()
     state = random_decoder_state(decoder_shapes(config), seed=seed, num_quantizers=config.num_quantizers)
     if drive == "hot":
-        return write_checkpoint(out, geometry, seed, decoder_state=state, talker=talker)
+        return write_checkpoint(out, geometry, seed, decoder_state=state, talker=talker, drive=drive)
     last = max((name for name in state if re.match(r"^decoder\.\d+\.conv\.weight$", name)), key=_index)
     for name, tensor in state.items():
         if _BLOCK_CONV.match(name) and tensor.dim() == 3:

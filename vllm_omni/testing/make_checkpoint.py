@@ -42,6 +42,7 @@ from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.encoder_layout imp
 
 from .random_encoder_weights import random_encoder_state
 from .random_weights import random_decoder_state
+from .stamps import STAMP_KEY, is_current, random_weights_stamp
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ def write_checkpoint(
     decoder_state: dict[str, torch.Tensor] | None = None,
     talker: str | None = None,
     talker_type: str = "custom_voice",
+    drive: str | None = None,
 ) -> Path:
     """Write a checkpoint directory at ``out`` and return it.
 
@@ -151,7 +153,7 @@ def write_checkpoint(
     )
     config_values = tokenizer_config.to_dict()
     config_values["note"] = RANDOM_WEIGHTS_NOTE
-    config_values["random_weights"] = random_weights_stamp(geometry if isinstance(geometry, str) else "custom", seed)
+    config_values[STAMP_KEY] = random_weights_stamp(geometry if isinstance(geometry, str) else "custom", seed, drive)
     write_atomically(
         tokenizer_dir / PREPROCESSOR_CONFIG_FILE,
         lambda path: path.write_text(json.dumps(PREPROCESSOR_CONFIG, indent=2)),
@@ -171,23 +173,12 @@ def write_checkpoint(
     return out
 
 
-def random_weights_stamp(geometry: str, seed: int) -> dict:
-    """What a checkpoint's config records about how it was written; ``encoder``: it holds a real encoder half."""
-    return {"geometry": geometry, "seed": seed, "encoder": True}
-
-
 def ensure_checkpoint(out: str | os.PathLike[str], geometry: str = "small", seed: int = 0) -> Path:
-    """Like :func:`write_checkpoint`, but keep a complete checkpoint of the same geometry and seed."""
-    out = Path(out)
-    config_path = out / SPEECH_TOKENIZER_DIR / CONFIG_FILE
-    if config_path.is_file() and (out / SPEECH_TOKENIZER_DIR / WEIGHTS_FILE).is_file():
-        try:
-            stamp = json.loads(config_path.read_text()).get("random_weights")
-        except json.JSONDecodeError:
-            stamp = None
-        if stamp == random_weights_stamp(geometry, seed):
-            logger.info("reusing the random-weight checkpoint at %s", out)
-            return out
+    """Like :func:`write_checkpoint`, but keep a complete checkpoint of the same geometry and seed
+    (:func:`.stamps.is_current`)."""
+    if is_current(out, geometry, seed):
+        logger.info("reusing the random-weight checkpoint at %s", out)
+        return Path(out)
     return write_checkpoint(out, geometry, seed)
 
 

@@ -23,7 +23,8 @@ export const writtenAsFloat = (container, key) => Boolean(container?.[FLOAT_KEYS
 export const isWrittenInteger = (container, key) =>
   Number.isInteger(container?.[key]) && !writtenAsFloat(container, key);
 
-function markFloat(container, key, isFloat) {
+/** Record whether `container[key]` was written as a float (what readJson marks; a later write replaces the mark). */
+export function markFloat(container, key, isFloat) {
   if (isFloat && !container[FLOAT_KEYS]) Object.defineProperty(container, FLOAT_KEYS, { value: new Set() });
   if (isFloat) container[FLOAT_KEYS].add(key);
   else container[FLOAT_KEYS]?.delete(key); // a later duplicate key wins, with its own form
@@ -114,24 +115,6 @@ export function readJson(text) {
   skip();
   if (at !== text.length) throw new JsonTextError("text after the value", at);
   return result;
-}
-
-/** A deep copy that keeps the float marks (structuredClone drops them). */
-export function copyJson(value) {
-  if (value === null || typeof value !== "object") return value;
-  const copy = Array.isArray(value) ? [] : {};
-  for (const [key, item] of Object.entries(value)) {
-    const index = Array.isArray(value) ? Number(key) : key;
-    copy[index] = copyJson(item);
-    markFloat(copy, index, writtenAsFloat(value, index));
-  }
-  return copy;
-}
-
-/** Set `container[key] = item`, written as a float or not (a patch that replaces a value replaces its form). */
-export function setJson(container, key, item, isFloat) {
-  container[key] = item;
-  markFloat(container, key, isFloat);
 }
 
 /** A short JSON rendering of `value` for an error message (at most `length` characters). */

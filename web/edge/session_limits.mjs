@@ -2,30 +2,24 @@
 //
 // The server's start message carries `limits` (vllm_omni.edge.stream.SessionLimits: the server's own flags, e.g.
 // --speech-max-input-chars), so the page cuts its text by the limits of the server it talks to, whatever that
-// server was started with. A server older than the announcement sends none: the page then uses
-// UNANNOUNCED_LIMITS, the defaults such servers had, and says so (`announced: false`).
+// server was started with. The page is served by the server it talks to, so a start without the announcement is
+// a broken stream, not an older server: the page holds no copy of any server's defaults.
 
 import { isWrittenInteger, shown } from "./json_text.mjs";
 import { MalformedMessageError } from "./stream.mjs";
 
-/** What a server that announces no limits took by default (only such a server gets these). */
-export const UNANNOUNCED_LIMITS = Object.freeze({
-  max_input_chars: 4096,
-  max_body_bytes: 1 << 20,
-  socket_max_queued_chars: 16384,
-  socket_idle_s: 60,
-});
-
 const COUNTS = ["max_input_chars", "max_body_bytes", "socket_max_queued_chars"];
 
 /**
- * The limits of the session whose start event is `start` (a CodecStreamParser start event): `{limits, announced}`.
- * An announcement that lacks a field or gives a wrong one is a MalformedMessageError: the page would otherwise cut
- * its text by a guess; a field this page does not know is ignored (a later server may announce more).
+ * The limits of the session whose start event is `start` (a CodecStreamParser start event). No announcement, or one
+ * that lacks a field or gives a wrong one, is a MalformedMessageError: the page would otherwise cut its text by a
+ * guess; a field this page does not know is ignored (a later server may announce more).
  */
 export function sessionLimits(start) {
   const row = start.limits;
-  if (row === undefined || row === null) return { limits: UNANNOUNCED_LIMITS, announced: false };
+  if (row === undefined || row === null) {
+    throw new MalformedMessageError("start: the server announced no limits, which typed text is cut by");
+  }
   for (const key of COUNTS) {
     if (!isWrittenInteger(row, key) || row[key] < 1) {
       const found = shown(row[key] ?? null);
@@ -37,7 +31,7 @@ export function sessionLimits(start) {
     throw new MalformedMessageError(`start: limits: socket_idle_s must be a number > 0, found ${shown(idle ?? null)}`);
   }
   const limits = Object.freeze(Object.fromEntries([...COUNTS, "socket_idle_s"].map((key) => [key, row[key]])));
-  return { limits, announced: true };
+  return limits;
 }
 
 const utf8Bytes = (text) => new TextEncoder().encode(text).length;

@@ -646,16 +646,9 @@ function socketSource(text, voice, typed = null) {
       };
       return {
         cancel,
-        /** The stream's start event: the session's limits, as the server announced them. */
+        /** The stream's start event: typed text is cut by the session's limits, as the server announced them. */
         started(start) {
-          const { limits, announced } = sessionLimits(start);
-          if (!announced) {
-            console.warn(
-              `the server announced no limits (one older than this page): text goes in pieces of at most ` +
-                `${limits.max_input_chars} characters, as its defaults took`,
-            );
-          }
-          typed?.setLimits(limits);
+          if (typed) typed.setLimits(sessionLimits(start));
         },
         /** Ask for the server's audio from `fromFrame` on; false where the socket is closing (nothing is sent). */
         serverAudio(fromFrame) {

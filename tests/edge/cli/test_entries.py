@@ -14,7 +14,6 @@ PYTHON_M_ENTRIES = (
     ("vllm_omni.edge", "usage: vllm-omni-edge "),
     ("vllm_omni.edge.decoder_export", "usage: python -m vllm_omni.edge.decoder_export "),
     ("vllm_omni.testing.make_checkpoint", "--geometry {released,small}"),
-    ("vllm_omni.edge.cli.rknn_convert", "usage: python -m vllm_omni.edge.cli.rknn_convert "),
 )
 
 

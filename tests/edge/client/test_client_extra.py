@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import venv
+import wave
 from pathlib import Path
 
 import numpy as np
@@ -86,3 +87,18 @@ def test_the_client_extra_decodes_a_cpu_plan_in_a_venv_without_torch(cpu_plan, s
     audio = np.load(audio_path)
     assert audio.shape == reference.shape
     assert snr_db(reference, audio) >= 90
+
+    # the device's commands, as installed, in the same venv (where torch cannot be imported): the one script's
+    # codec-stream and client subcommands record the frames for the plan, then decode them to a WAV
+    script = environment / "bin" / "vllm-omni-edge"
+    recording, wav = tmp_path / "frames.qcs", tmp_path / "speech.wav"
+    for command in (
+        ["codec-stream", "record", "--codes", str(frames_path), "--plan", str(cpu_plan), "--out", str(recording)],
+        ["client", "--stream", str(recording), "--plan", str(cpu_plan), "--out", str(wav)],
+    ):
+        run = subprocess.run(
+            [str(script), *command], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300
+        )
+        assert run.returncode == 0, f"vllm-omni-edge {command[0]}: {run.stderr[-3000:]}"
+    with wave.open(str(wav)) as written:
+        assert written.getnframes() == audio.size  # every sample the library decoded

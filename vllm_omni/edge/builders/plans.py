@@ -12,7 +12,7 @@ from .request import BuildRequest, class_default
 
 
 def stale_formulation(plan: ExecPlan, hardware_class: HardwareClass) -> str | None:
-    """Why a valid ONNX step plan is not what :func:`build_onnx_steps` makes for its class now (a release that
+    """Why a valid ONNX step plan is not what :func:`.onnx.build.build` makes for its class now (a release that
     changed the class's graph layout or where the weights are kept), or None; other plans are never stale here."""
     if plan.backend != "onnxruntime" or plan.graph_kind != "stateful" or plan.directory is None:
         return None

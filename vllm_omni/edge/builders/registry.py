@@ -5,7 +5,8 @@ already in ``out_dir`` whose recorded sha256 still matches (and was built from t
 kept and checked again instead of rebuilt. The plan is written last, and only after it validates
 against the files.
 
-A built-in builder's name is its module's, and each is that module's ``build``:
+A built-in builder is named as the module or folder of this package that holds it, and is its ``build``
+(``windowed.build``; ``onnx/build.py``'s ``build`` for ``onnx``, and so on):
 
 - ``windowed`` (:mod:`.windowed`): windowed programs, ExecuTorch ``.pte`` or torch.export ``.pt2``;
 - ``onnx`` (:mod:`.onnx`): stateful ONNX step graphs, each checked in onnxruntime against the full decode;

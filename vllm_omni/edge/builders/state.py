@@ -17,6 +17,8 @@ from typing import Any
 
 from ..files import file_matches, read_bounded, write_json_atomically
 
+STATE_NAME = ".build-state.json"  # the state file of a stateful build (the windowed export keeps its own name)
+
 
 class BuildState:
     """The records of one build directory under ``section`` (``programs``, ``steps``), for one fingerprint."""

@@ -8,8 +8,6 @@ that far under full scale (:class:`~vllm_omni.edge.audio.ReferenceMatch`) is a w
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import torch
 
@@ -23,9 +21,7 @@ from ..hardware.registry import HardwareClass
 from ..runtime.stateful_decoder import StatefulDecoder
 from .request import BuildRequest, class_default
 
-logger = logging.getLogger(__name__)
 EXACT_SNR_DB = 90.0
-STATE_NAME = ".build-state.json"
 CHECK_SEED = 1234
 
 

@@ -372,6 +372,8 @@ def export_summary(manifest: WindowedManifest) -> str:
 
 
 def build(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
+    """The class's windowed programs (its ramp, context, backend and partitioner unless the request says
+    otherwise), each checked against eager, and the windowed plan over them."""
     manifest = export_windowed_programs(
         WindowedExportRequest(
             model=request.model,

@@ -1,4 +1,4 @@
-"""``python -m vllm_omni.edge.cli.rknn_convert`` (converter venv): compile step graphs to ``.rknn``, check, plan.
+"""``vllm-omni-edge rknn-convert`` (converter venv): compile step graphs to ``.rknn``, check, plan.
 
 ``python tools/rknn/prepare_qwen3_tts_rknn_vocoder.py`` is the same command under the name Rockchip
 users know (a thin script that calls :func:`main`). The library is
@@ -7,7 +7,7 @@ users know (a thin script that calls :func:`main`). The library is
 ``--allow-register-overflow``), 6 ops off the NPU that the allow-list does not name or that have no
 lowering (without ``--allow-cpu-ops``). ``--outcome-json FILE`` also writes the outcome as JSON
 (``status``: ``ok``, ``usage``, ``failed``, ``below_bar``, ``register_overflow``, ``cpu_ops``;
-``error``; ``plan``, ``report``): what the ``rockchip_npu`` builder reads instead of the exit code.
+``error``; ``plan``, ``report``): what the ``rknn`` builder (``rockchip_npu``) reads instead of the exit code.
 """
 
 from __future__ import annotations
@@ -20,15 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.rknn.convert import TARGETS
+from ..builders.rknn.errors import EXIT_CODES
 from ..errors import EdgeError
 from ..graphs.layouts import GRAPH_LAYOUTS, NPU_LAYOUT, layouts_for
 from ..plan.model import DEFAULT_DEVICE_DIR, session_option
 from .types import add_checkpoint_argument
 
-EXIT_CODES = {"ok": 0, "failed": 1, "usage": 2, "below_bar": 4, "register_overflow": 5, "cpu_ops": 6}
-
-
-PROG = "python -m vllm_omni.edge.cli.rknn_convert"
+PROG = "vllm-omni-edge rknn-convert"
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -117,7 +115,3 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     if args.outcome_json is not None:
         args.outcome_json.write_text(json.dumps(outcome, indent=2))
     return EXIT_CODES[outcome["status"]]
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -5,9 +5,10 @@ protocol, parsed once by the session's parser, with nothing re-framed.
 
 A thread reads the text source as it comes (``os.read`` of whatever is there, UTF-8 decoded incrementally, so a
 character split across reads is whole) and sends each read as ``text`` pieces, then ``end`` at end of input. The
-pieces are cut by the limits the server announces in its start message (:class:`~vllm_omni.edge.stream.
-SessionLimits`), so text waits for that message; a server that announces none (one older than the announcement)
-gets :data:`UNANNOUNCED_LIMITS`, with a warning. Needs the ``websockets`` package (in the ``client`` extra).
+pieces are cut by the limits the server announces in its start message
+(:class:`~vllm_omni.edge.stream.SessionLimits`), so text waits for that message; a server that announces none (one
+older than the announcement) gets :data:`UNANNOUNCED_LIMITS`, its defaults, with a warning. Needs the ``websockets``
+package (in the ``client`` extra).
 """
 
 from __future__ import annotations

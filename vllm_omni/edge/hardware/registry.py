@@ -185,7 +185,7 @@ def hardware_classes() -> dict[str, HardwareClass]:
 def get_hardware_class(name: str) -> HardwareClass:
     """The class called ``name``; raises :class:`UnknownHardwareClassError` naming the known ones, or the plugin
     of that name that failed to load."""
-    for record in BUILTIN_CLASSES:
-        if record.name == name:
-            return record
-    return PLUGINS.load(name)
+    classes = hardware_classes()
+    if name in classes:
+        return classes[name]
+    return PLUGINS.load(name)  # unknown, or a plugin that failed to load: the error naming it

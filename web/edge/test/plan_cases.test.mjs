@@ -9,7 +9,8 @@ import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
 import { SchemaKeywordError, firstSchemaError } from "../json_schema.mjs";
-import { copyJson, readJson, setJson, writtenAsFloat } from "../json_text.mjs";
+import { readJson, writtenAsFloat } from "../json_text.mjs";
+import { copyJson, setJson } from "../testing/json_copy.mjs";
 import { PlanError, checkPlanSchema, planFiles } from "../plan.mjs";
 import stepSchema from "../schemas/step_contract.schema.json" with { type: "json" };
 import { StepContractError, checkStepContract } from "../stateful_decoder.mjs";

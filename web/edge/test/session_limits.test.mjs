@@ -1,11 +1,11 @@
 // The page cuts its text by the limits the server announces in its start message, not by one server's defaults:
 // a server started with lower limits takes every piece (each within its characters, each message within its
-// bytes); a server that announces none gets the old defaults, and the page knows it guessed.
+// bytes); a start that announces none is refused, not answered with a guess.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { UNANNOUNCED_LIMITS, sessionLimits, textPieces } from "../session_limits.mjs";
+import { sessionLimits, textPieces } from "../session_limits.mjs";
 import { CodecStreamParser, MalformedMessageError, PROTOCOL } from "../stream.mjs";
 
 const GEOMETRY = { num_quantizers: 2, codebook_size: 2048, frame_rate: 12.5, sample_rate: 24000 };
@@ -31,11 +31,13 @@ function serverTakes(message, limits) {
 
 const LOW = { max_input_chars: 10, max_body_bytes: 64, socket_max_queued_chars: 200, socket_idle_s: 3 };
 
-test("the announced limits are read from the start message; none announced is the old defaults, said so", () => {
-  assert.deepStrictEqual(sessionLimits(startWith(LOW)), { limits: LOW, announced: true });
+test("the announced limits are read from the start message; none announced is a malformed start", () => {
+  assert.deepStrictEqual(sessionLimits(startWith(LOW)), LOW);
   const later = sessionLimits(startWith({ ...LOW, max_sockets: 3 })); // a field this page does not know: ignored
-  assert.deepStrictEqual(later, { limits: LOW, announced: true });
-  assert.deepStrictEqual(sessionLimits(startWith(undefined)), { limits: UNANNOUNCED_LIMITS, announced: false });
+  assert.deepStrictEqual(later, LOW);
+  assert.throws(() => sessionLimits(startWith(undefined)), (error) => {
+    return error instanceof MalformedMessageError && /announced no limits/.test(error.message);
+  });
 });
 
 test("an announcement the page cannot cut text by is a protocol error naming the field", () => {
@@ -76,14 +78,16 @@ test("a server started with lower limits takes every piece the page cuts, whatev
     }
     assert.equal(pieces.length === 0, text === "");
   }
-  // with the old defaults the same paste closes the lower server: the limits must come from the server
+  // with the default server's limits the same paste closes the lower server: the limits must come from the server
   const paste = texts[0];
-  const [guessed] = textPieces(paste, UNANNOUNCED_LIMITS);
+  const defaults = { max_input_chars: 4096, max_body_bytes: 1 << 20, socket_max_queued_chars: 16384, socket_idle_s: 60 };
+  const [guessed] = textPieces(paste, defaults);
   assert.match(serverTakes(JSON.stringify({ type: "text", text: guessed }), LOW), /^(1009|4413):/);
 });
 
 test("pieces use the whole announced size: no more messages than the limits need", () => {
   const text = "a".repeat(95);
   assert.deepStrictEqual(textPieces(text, LOW).map((piece) => piece.length), [10, 10, 10, 10, 10, 10, 10, 10, 10, 5]);
-  assert.equal(textPieces("b".repeat(9000), UNANNOUNCED_LIMITS).length, 3);
+  const defaults = { max_input_chars: 4096, max_body_bytes: 1 << 20, socket_max_queued_chars: 16384, socket_idle_s: 60 };
+  assert.equal(textPieces("b".repeat(9000), defaults).length, 3);
 });

@@ -8,7 +8,7 @@ a compile spec per SoC, which this tool does not have yet, so it is not listed a
 One program may hold several methods (:meth:`ExecuTorchProgramWriter.write_methods`): a window per
 method, or a stateful step per step size. They are lowered together, and XNNPACK keeps each weight
 once in the program's named data (keyed by content), so the methods share one copy of the weights
-(measured: a two-step program is 1.02x the size of one step; docs/windowed_programs.md).
+(measured: a two-step program is 1.02x the size of one step).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class ExecuTorchProgramWriter:
 
         The methods share the weights (stored once); each method's ``metadata`` becomes constant
         methods ``{method}__{key}`` (bare keys for a lone ``forward``). Returns op counts per method,
-        with its :class:`~.executorch_delegation.DelegationReport` as JSON under ``delegation``.
+        with its :class:`~.delegation.DelegationReport` as JSON under ``delegation``.
         """
         from executorch.devtools.backend_debug import get_delegation_info
         from executorch.exir import to_edge_transform_and_lower

@@ -100,7 +100,7 @@ def export_step_onnx(
     ``form``: ``npu`` (static B, the formulation rknn-toolkit2 converts), ``npu_dynamic`` (the same
     formulation for any B up to ``step_frames``, which rknn-toolkit2 compiles for a set of step sizes
     into one ``.rknn``) or ``cpu`` (one graph for any B up to ``step_frames``, rewritten for
-    onnxruntime's fast kernels by :mod:`.onnx_cpu`).
+    onnxruntime's fast kernels by :mod:`.cpu_rewrites`).
     ``graph_layout`` picks the formulation (:mod:`vllm_omni.edge.graphs.layouts`, an ONNX one); the default
     (``None``) carries no layout key; any other is recorded as ``qwen3_tts.graph_layout``.
     ``pass_frames`` (NPU layout only) decodes the step in equal passes of at most that many frames

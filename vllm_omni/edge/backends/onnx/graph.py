@@ -2,26 +2,21 @@
 
     contract = graph_contract(path)           # B, N, head_dim, layout, ...
 
-The converter venv and the device side read graphs through this module; only ``onnx`` (and for
-:func:`graph_metadata`, not even that) is needed.
+The builds, the converter venv and a server's start-up (:func:`graph_layout` of a plan on disk) read graphs
+through this module; it needs ``onnx`` and no torch. A device does not: onnxruntime reads the file itself.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...errors import EdgeExportError
 from ...graphs.step_contract import INPUT_NAMES, OUTPUT_NAMES, StepContract, StepContractError
 
-if TYPE_CHECKING:
-    pass
-
-logger = logging.getLogger(__name__)
 # Ops that rknn-toolkit2 does not support or that broke conversions (DESIGN §4).
 RKNN_RISK_OPS = ("IsNaN", "Neg", "Range", "Reciprocal", "Pad", "Exp", "ConstantOfShape", "Shape", "Split")
 # The symbolic B of an npu_dynamic graph is read with Shape; rknn-toolkit2 2.5.0 folds that shape

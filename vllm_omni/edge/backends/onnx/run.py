@@ -6,7 +6,7 @@ are two :class:`OnnxStepRunner` views of the same session.
 
 Opening fast: onnxruntime's full optimization of a 457 MB graph (NCHWc layout, fusions) takes
 seconds. The first open of a graph on a device saves the optimized model in the device cache
-(:mod:`.onnxruntime_cache`); later opens load it with optimization off and memory-mapped weights.
+(:mod:`.session_cache`); later opens load it with optimization off and memory-mapped weights.
 """
 
 from __future__ import annotations

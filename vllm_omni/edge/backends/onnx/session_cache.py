@@ -11,7 +11,7 @@ so it cannot be done once at build time for every device. It is done on the devi
 
 An entry is keyed by the graph's verified sha256, the onnxruntime version and a signature of this
 CPU's features. Its files are recorded (size + sha256) when written and checked like plan
-artifacts (by identity, :mod:`..integrity`) before every load, so a damaged or altered entry is
+artifacts (by identity, :mod:`...integrity`) before every load, so a damaged or altered entry is
 rebuilt, never run. At most :data:`MAX_ENTRIES` entries are kept (least recently used dropped).
 A cache that cannot be written (read-only, full) only costs speed: the session is then made as
 without a cache. ``VLLM_OMNI_EDGE_ORT_CACHE=0`` turns the cache off.

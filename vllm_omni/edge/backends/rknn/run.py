@@ -1,4 +1,4 @@
-"""Stateful step artifacts on a Rockchip NPU, behind the :class:`~.registry.StepRunner` interface.
+"""Stateful step artifacts on a Rockchip NPU, behind the :class:`~..interface.StepRunner` interface.
 
 - :class:`RknnLiteStepRunner`: a compiled ``.rknn`` on a board, through rknn-toolkit-lite2
   (``rknnlite.api.RKNNLite``: ``load_rknn`` -> ``init_runtime`` -> ``inference``).

@@ -1,6 +1,6 @@
 """The stateful step for phones: one ExecuTorch program with a method per step size, checked in its runtime.
 
-``npu_phone --graph stateful`` exports the step in its ``xnnpack_whole`` layout (:mod:`..graphs.layouts`: the
+``npu_phone --graph stateful`` exports the step in its ``xnnpack_whole`` layout (:mod:`...graphs.layouts`: the
 ops XNNPACK delegates) at each step size
 (first B=2, main B=16 by default) through ``torch.export`` and lowers them *together* into one
 ``steps.pte`` (methods ``step_b2``, ``step_b16``), so the weights are stored once. Each method
@@ -36,11 +36,10 @@ from ...hardware.registry import HardwareClass
 from ...plan.construct import StepArtifact, stateful_plan
 from ...plan.model import ExecPlan
 from ..request import BuildRequest, class_default
-from ..state import BuildState, tool_versions
+from ..state import STATE_NAME, BuildState, tool_versions
 from ..steps import check_frames_for, check_step_runners, step_sizes
 
 PROGRAM_NAME = "steps.pte"
-STATE_NAME = ".build-state.json"
 
 
 def step_method(step_frames: int) -> str:

@@ -23,8 +23,8 @@ from ...files import file_sha256, remove_partial_files
 from ...graphs.step_contract import StepContract
 from ...hardware.registry import HardwareClass
 from ..request import BuildRequest, class_default
-from ..state import BuildState
-from ..steps import STATE_NAME, check_step_runners, step_sizes
+from ..state import STATE_NAME, BuildState
+from ..steps import check_step_runners, step_sizes
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def check_step_graph(
     frames: int | None = None,
     first_step_frames: int | None = None,
 ) -> ReferenceMatch:
-    """onnxruntime stepwise decode vs the torch full decode; raises unless it matches at :data:`EXACT_SNR_DB`.
+    """onnxruntime stepwise decode vs the torch full decode; raises unless it matches at :data:`~..steps.EXACT_SNR_DB`.
 
     ``first_step_frames``: also run a first step of that size (a dynamic graph serving both roles),
     so the check covers the mixed schedule a plan runs.

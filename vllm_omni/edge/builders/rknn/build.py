@@ -2,7 +2,7 @@
 
 rknn-toolkit2 pins its own torch/numpy/onnx, so it lives in a venv of its own (``make setup-rknn``).
 This builder exports (or keeps) the ONNX steps in this process, then runs
-``python -m vllm_omni.edge.cli.rknn_convert`` in the converter venv (the package must be installed
+``python -m vllm_omni.edge rknn-convert`` in the converter venv (the package must be installed
 there too), which compiles, checks in the simulator and writes the plan, and reports its outcome
 as JSON (``--outcome-json``: a status of :data:`~.errors.OUTCOME_REASONS`) instead of an exit code.
 
@@ -34,7 +34,7 @@ from .errors import OUTCOME_REASONS
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 CONVERTER_PYTHON_ENV = "VLLM_OMNI_EDGE_RKNN_PYTHON"
-CONVERTER_MODULE = "vllm_omni.edge.cli.rknn_convert"
+CONVERTER_COMMAND = ("-m", "vllm_omni.edge", "rknn-convert")  # the converter venv's vllm-omni-edge
 # Steps longer than this decode in equal passes on these SoCs: rknn-toolkit2 2.5.0's compiler stops
 # on an internal check (SIGILL) for rk3576 at B=64 in one pass, and compiles B=16 passes
 # (docs/hardware/rockchip-npu.md).
@@ -62,6 +62,8 @@ def converter_python() -> str:
 
 
 def build(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
+    """The class's ONNX steps exported here (or kept), then compiled, checked and planned by the converter venv for
+    the request's target; the plan it wrote, validated."""
     target = request.target or hardware_class.default_target
     if target not in hardware_class.targets:
         raise EdgeExportError(
@@ -77,7 +79,7 @@ def build(hardware_class: HardwareClass, request: BuildRequest) -> ExecPlan:
         request.progress(f"kept the {target} .rknn steps of plan {kept.plan_id[:12]}: built from the same ONNX graphs")
         return kept
     main = graphs["main"][0]
-    command = [python, "-m", CONVERTER_MODULE, "--model-dir", str(request.model), "--onnx", str(main)]
+    command = [python, *CONVERTER_COMMAND, "--model-dir", str(request.model), "--onnx", str(main)]
     if "first" in graphs and graphs["first"][0] == main:  # one dynamic graph: one .rknn for both step sizes
         command += ["--first-codes-length", str(graphs["first"][1].step_frames)]
     elif "first" in graphs:

@@ -5,13 +5,13 @@ shared cache, mixing the ``first`` graph (when there is one: the first step and 
 ``main``, and compares with onnxruntime on the same graphs and, when the checkpoint is at hand,
 with the full decode, step by step. The fp16 bar is 40 dB SNR against the full decode (against
 onnxruntime with ``--onnx`` alone), or a peak error at or below -40 dBFS for a near-silent
-checkpoint (:class:`~vllm_omni.edge.audio.ReferenceMatch`); missing it raises
-:class:`~.errors.SimulatorCheckError` and keeps ``accuracy_analysis`` beside the output.
+checkpoint (:class:`~vllm_omni.edge.audio.ReferenceMatch`). :func:`simulator_check` returns the verdict and keeps
+``accuracy_analysis`` beside the output; :func:`~.convert.compile_and_check` raises
+:class:`~.errors.SimulatorCheckError` for a miss.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 
@@ -19,15 +19,12 @@ import numpy as np
 
 from ...audio import match_reference, snr_db
 from ...backends.onnx.run import OnnxStepGraph
-from ...backends.rknn.convert import (
-    BuiltEngine,
-)
+from ...backends.rknn.convert import BuiltEngine
 from ...backends.rknn.errors import RknnBuildError
 from ...backends.rknn.run import RknnSimulatorStepRunner
 from ...progress import progress_printer
 from ...runtime.stateful_decoder import rope_angles
 
-logger = logging.getLogger(__name__)
 SIMULATOR_BAR_DB = 40.0
 FIRST_STEP_EVERY = 5  # the check's schedule: a first-size step at step 0, 5, 10, ... (one shared cache)
 

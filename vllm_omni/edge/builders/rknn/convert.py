@@ -1,11 +1,11 @@
 """The converter: compile the stateful step graph(s) to fp16 ``.rknn``, check them in the simulator, write the plan.
 
 Runs where rknn-toolkit2 is installed, the converter venv (``make setup-rknn``); its command line
-is :mod:`vllm_omni.edge.cli.rknn_convert`::
+is ``vllm-omni-edge rknn-convert`` (:mod:`vllm_omni.edge.cli.rknn_convert`)::
 
-    .venv-rknn/bin/python -m vllm_omni.edge.cli.rknn_convert --model-dir CKPT --codes-length 16 \\
+    .venv-rknn/bin/vllm-omni-edge rknn-convert --model-dir CKPT --codes-length 16 \\
         --first-codes-length 2 --dynamic-input --target rk3588 --output out/rknn/step_b2_b16.rknn
-    .venv-rknn/bin/python -m vllm_omni.edge.cli.rknn_convert --onnx step_b16.onnx \\
+    .venv-rknn/bin/vllm-omni-edge rknn-convert --onnx step_b16.onnx \\
         --output out/rknn/step_b16.rknn                      # compile an existing step graph alone
 
 ONNX only (either venv): ``--skip-rknn`` exports the checked ONNX step graph and stops,
@@ -21,12 +21,12 @@ Graphs exported here use the NPU formulation (``--graph-layout time_on_height``,
 :mod:`vllm_omni.edge.graphs.npu_layout`), which keeps every register field of rk3588/rk3576 in
 range. A build whose toolkit log holds any ``REGTASK: The bit width of field value exceeds the
 limit`` line fails with :class:`RegisterOverflowError` unless ``--allow-register-overflow`` is
-given (the ``rockchip_npu`` builder never gives it); the count is in the report and the plan.
+given (the ``rknn`` builder of ``rockchip_npu`` never gives it); the count is in the report and the plan.
 Likewise the op placement the toolkit prints (which ops run on the CPU, which have no lowering)
 goes into the report and the plan's ``build.placement``, and a build that places an op kind on
 the CPU that :data:`~vllm_omni.edge.backends.rknn.convert.EXPECTED_CPU_OPS` does not name, or any op
 without a lowering, fails with :class:`CpuOpsError` unless ``--allow-cpu-ops`` is given (the
-``rockchip_npu`` builder never gives it either).
+``rknn`` builder never gives it either).
 
 The simulator check is :mod:`.check`'s, the plan :mod:`.plan`'s, the errors :mod:`.errors`'.
 """

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
-from ...backends.rknn.convert import (
-    expected_cpu_ops,
-)
+from ...backends.rknn.convert import expected_cpu_ops
 from ...errors import EdgeError, EdgeExportError
 from ...graphs.layouts import NPU_LAYOUT
 
-logger = logging.getLogger(__name__)
-# What a failed conversion reports in its JSON outcome (``status``), and how the builder says it.
-OUTCOME_REASONS = {
-    "usage": "the converter refused its arguments",
-    "below_bar": "the simulator check missed its bar",
-    "failed": "a conversion stage failed",
-    "register_overflow": "the toolkit overflowed NPU register fields (REGTASK warnings)",
-    "cpu_ops": "the toolkit placed ops on the CPU that the allow-list does not name, or found no lowering for ops",
+# Each outcome a conversion reports in its JSON (``status``): the command's exit code, and how the builder says it.
+OUTCOMES = {
+    "ok": (0, "done"),
+    "failed": (1, "a conversion stage failed"),
+    "usage": (2, "the converter refused its arguments"),
+    "below_bar": (4, "the simulator check missed its bar"),
+    "register_overflow": (5, "the toolkit overflowed NPU register fields (REGTASK warnings)"),
+    "cpu_ops": (6, "the toolkit placed ops on the CPU that the allow-list does not name, or found no lowering for ops"),
 }
+EXIT_CODES = {status: code for status, (code, _reason) in OUTCOMES.items()}
+OUTCOME_REASONS = {status: reason for status, (code, reason) in OUTCOMES.items() if code}  # the failures
 
 
 class ConvertUsageError(EdgeError):

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
-import logging
 import shutil
 from pathlib import Path
+from typing import Any
 
-from ...backends.rknn.convert import (
-    BuiltEngine,
-    toolkit_version,
-)
+from ...backends.rknn.convert import BuiltEngine, toolkit_version
 from ...checkpoint import checkpoint_sha256, model_label, resolve_speech_tokenizer
+from ...graphs.step_contract import StepContract
 from ...plan.construct import StepArtifact, stateful_plan
+from ...plan.model import ExecPlan
 from .check import roles_by_graph, say
 
-logger = logging.getLogger(__name__)
 
-
-def write_plan(args, graphs, contracts, engines, check, formulation: dict):
+def write_plan(
+    args: Any,  # the converter's ConvertRequest (convert.py imports this module)
+    graphs: dict[str, Path],
+    contracts: dict[str, StepContract],
+    engines: dict[str, BuiltEngine],
+    check: dict,
+    formulation: dict,
+) -> tuple[ExecPlan, Path]:
+    """The ``rockchip_npu`` plan beside ``args.output``: each role's ``.rknn`` with its ONNX source copied beside it
+    (the simulator and the CPU fallbacks compile that), the simulator check as its verification, the op placement
+    and the toolchain's versions; written, and its path returned with it."""
     model = {"id": model_label(args.model_dir or args.onnx), "checkpoint_sha256": None}
     if args.model_dir:
         model["checkpoint_sha256"] = checkpoint_sha256(resolve_speech_tokenizer(args.model_dir))

@@ -1,11 +1,11 @@
-"""`python -m vllm_omni.edge.cli.rknn_convert`, ONNX half (the main venv)."""
+"""`vllm-omni-edge rknn-convert`, ONNX half (the main venv)."""
 
 import subprocess
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-CONVERTER = ("-m", "vllm_omni.edge.cli.rknn_convert")
+REPO_ROOT = Path(__file__).resolve().parents[4]
+CONVERTER = ("-m", "vllm_omni.edge", "rknn-convert")
 
 
 def run(*args, env=None):

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-CONVERTER = ("-m", "vllm_omni.edge.cli.rknn_convert")
+REPO_ROOT = Path(__file__).resolve().parents[4]
+CONVERTER = ("-m", "vllm_omni.edge", "rknn-convert")
 CONVERTER_PYTHON = REPO_ROOT / ".venv-rknn" / "bin" / "python"
 # The command Rockchip users know: a thin script over the same CLI (same flags, same exit codes).
 CONVERTER_SCRIPT = (str(REPO_ROOT / "tools" / "rknn" / "prepare_qwen3_tts_rknn_vocoder.py"),)
