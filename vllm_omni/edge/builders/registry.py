@@ -35,7 +35,7 @@ from ..plan.model import ExecPlan
 from . import windowed
 from .executorch import build as executorch
 from .onnx import build as onnx
-from .plans import stale_formulation as stale_formulation  # the start-up hand-off asks it here (its one import)
+from .onnx.build import stale_formulation as stale_formulation  # the start-up hand-off asks it here (its one import)
 from .request import BuildArgumentError, BuildRequest, check_out_dir, class_default
 from .rknn import build as rknn
 

@@ -78,11 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
     if argv and argv[0] in OWN_PARSERS:
         own_main = OWN_PARSERS[argv[0]][0]()
         return own_main(argv[1:], prog=f"{PROG} {argv[0]}")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
     try:
         return args.subcommand.cmd(args)

@@ -8,21 +8,28 @@ class PlaybackClock:
 
     Playback starts once ``jitter`` seconds are buffered; when the buffered audio ends before new
     audio arrives, that is an underrun and playback waits for the buffer to fill again. Times are
-    the caller's clock (seconds). Beside the count it keeps what a timeline needs: when playback
-    first started, each stretch it played (``[from, to]``) and each stall (from running dry to
-    playing again).
+    the caller's clock (seconds). Beside the count it keeps what a timeline needs: each stretch it
+    played (``[from, to]``), from which the start and the stalls (from running dry to playing again)
+    follow.
     """
 
     def __init__(self, jitter_seconds: float):
         self.jitter = jitter_seconds
         self.underruns = 0
-        self.started_at: float | None = None  # when playback first started
         self.playing: list[list[float]] = []  # [from, to] of each stretch played without running dry
-        self.stalls: list[float] = []  # seconds from running dry to playing again, per stall
         self._buffered = 0.0  # audio seconds not yet played when playback is paused
         self._playing_since: float | None = None  # wall time at which the queued audio started playing
         self._queued = 0.0  # audio seconds queued since then
-        self._dry_at: float | None = None  # when the speaker last ran dry
+
+    @property
+    def started_at(self) -> float | None:
+        """When playback first started; None before."""
+        return self.playing[0][0] if self.playing else None
+
+    @property
+    def stalls(self) -> list[float]:
+        """Seconds from running dry to playing again, per stall: the gaps between the stretches played."""
+        return [after[0] - before[1] for before, after in zip(self.playing, self.playing[1:], strict=False)]
 
     @property
     def ends_at(self) -> float | None:
@@ -32,7 +39,6 @@ class PlaybackClock:
     def add(self, seconds: float, now: float) -> None:
         if self._playing_since is not None and now > self._playing_since + self._queued:
             self.underruns += 1  # the speaker ran dry before this audio arrived
-            self._dry_at = self._playing_since + self._queued
             self._playing_since, self._buffered = None, 0.0
         if self._playing_since is None:
             self._buffered += seconds
@@ -48,9 +54,5 @@ class PlaybackClock:
             self._play(now)
 
     def _play(self, now: float) -> None:
-        if self.started_at is None:
-            self.started_at = now
-        elif self._dry_at is not None:
-            self.stalls.append(now - self._dry_at)
         self._playing_since, self._queued, self._buffered = now, self._buffered, 0.0
         self.playing.append([now, now + self._queued])
