@@ -39,9 +39,8 @@ class HardwareClass:
     graph_kind: str  # "windowed" | "stateful"
     backend: str  # a name in vllm_omni.edge.backends.registry (built in: executorch, rknn, onnxruntime, torch_export)
     dtype: str
-    # A name in vllm_omni.edge.builders.registry (built in: windowed, onnx, executorch, rknn, each the name of the
-    # vllm_omni.edge.builders module that builds it), whose
-    # builder is called as builder(hardware_class, request).
+    # A name in vllm_omni.edge.builders.registry (built in: windowed, onnx, executorch, rknn, each named as the
+    # builders module or folder that holds it), whose builder is called as builder(hardware_class, request).
     builder: str
     defaults: dict[str, Any] = field(default_factory=dict)
     targets: tuple[str, ...] = ()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import EdgeExportError
+from ...graphs.layouts import DEFAULT_LAYOUT
 from ...graphs.step_contract import INPUT_NAMES, OUTPUT_NAMES, StepContract, StepContractError
 
 # Ops that rknn-toolkit2 does not support or that broke conversions (DESIGN §4).
@@ -146,11 +147,12 @@ def graph_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
 def graph_formulation(path: str | os.PathLike[str]) -> tuple[str, int | None]:
     """``(graph layout, frames per pass)`` a step graph records (:func:`graph_metadata`: no parse of its weights).
 
-    The layout is ``time_on_width`` when it records none; frames per pass ``None`` for one pass.
+    The layout is the default one (``time_on_width``, the layout of graphs from before layouts were recorded) when it
+    records none; frames per pass ``None`` for one pass.
     """
     recorded = graph_metadata(path)
     passes = recorded.get(PASS_FRAMES_KEY)
-    return recorded.get(GRAPH_LAYOUT_KEY, "time_on_width"), int(passes) if passes is not None else None
+    return recorded.get(GRAPH_LAYOUT_KEY, DEFAULT_LAYOUT), int(passes) if passes is not None else None
 
 
 def graph_layout(path: str | os.PathLike[str]) -> str:
