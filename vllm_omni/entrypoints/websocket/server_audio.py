@@ -9,14 +9,14 @@ Each piece of PCM is a JSON text message::
 
     {"type": "pcm", "first_sample": N, "samples": K, "sample_rate": 24000, "format": "f32le", "audio": BASE64}
 
-``first_sample`` counts the stream's samples as the device counts them (each frame gives ``samples_per_frame``),
-so the first message starts at ``D x samples_per_frame`` and each next one where the last ended: a client sees a
-gap or a repeat as a mismatch. Float32 little-endian: the samples are the server decoder's, bit for bit. PCM asked
-for before the stream's done message is all sent before it. A client that may ask late (a page that learns it is
-too slow while it works through frames the server sent long ago) says so at the start (``"server_audio": true``):
-the session then stays open after done until the client asks, closes, or idles out, and PCM asked for after
-done follows it, the session closing once it is all sent.
-"""
+``first_sample`` counts the stream's samples as the device counts them (each frame gives ``samples_per_frame``), so
+the first message starts at ``D x samples_per_frame`` and each next one where the last ended: a client sees a gap or
+a repeat as a mismatch. Float32 little-endian: the samples are the server decoder's, bit for bit. PCM asked for
+before the server sends the stream's done message is all sent before it (a client sure of that sends ``end`` after
+its request); a request the server reads after done but before its close is answered whole, then the close. A client
+that may ask late (a page that learns it is too slow while it works through frames the server sent long ago) says so
+at the start (``"server_audio": true``): the session then stays open after done until the client asks, closes, or
+idles out, and PCM asked for after done follows it, the session closing once it is all sent."""
 
 from __future__ import annotations
 

@@ -276,7 +276,8 @@ class SpeechSocket(SocketSession):
             self.awaiting_late_audio = True  # not idle: this wait is the bound
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.server_audio.caught_up.wait(), self.speech.limits.socket_idle_s)
-        await self.close(1000, "complete")
+        async with self.server_audio.lock:  # a request that crossed done is answered whole before the close
+            await self.close(1000, "complete")
 
     async def speak(self, body, template, plan) -> None:
         """The codec stream of the session: start, the frames of its text (:meth:`speak_sentences` or
