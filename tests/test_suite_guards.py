@@ -1,8 +1,10 @@
 """The suite's own guards (tests/conftest.py): no pass goes green by skipping, and the vLLM pass without
-vLLM fails at once in one line. Each runs pytest on a probe in a fresh process, with this conftest loaded."""
+vLLM fails at once in one line (each runs pytest on a probe in a fresh process, with this conftest loaded); no test
+or benchmark edits ``sys.path`` (the code under test is imported as installed)."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +44,37 @@ def test_selecting_the_vllm_tests_where_vllm_does_not_import_is_one_error_line(r
     run = run_pytest(repo_root, "-m", "vllm", "tests/model_executor/models/qwen3_tts/test_talker.py")
     errors = [line for line in (run.stdout + run.stderr).splitlines() if line.startswith("ERROR")]
     assert run.returncode == 4 and len(errors) == 1 and "make setup-vllm" in errors[0], run.stdout + run.stderr
+
+
+SYS_PATH_EDITS = {"insert", "append", "extend", "remove", "clear"}
+
+
+def sys_path_edits(source: str) -> list[int]:
+    """The lines of ``source`` that change ``sys.path`` (a call of its list methods, an assignment to it or to an
+    item of it, ``monkeypatch.syspath_prepend``)."""
+
+    def is_sys_path(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", None) == "sys"
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        method = node.func.attr if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None
+        if method == "syspath_prepend" or (method in SYS_PATH_EDITS and is_sys_path(node.func.value)):
+            lines.append(node.lineno)
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        for target in targets:
+            if is_sys_path(target) or (isinstance(target, ast.Subscript) and is_sys_path(target.value)):
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_no_test_or_benchmark_edits_sys_path(repo_root):
+    probe = "import sys\nsys.path.insert(0, 'x')\nsys.path[:0] = ['y']\nsys.path += ['z']\nmp.syspath_prepend('w')\n"
+    assert sys_path_edits(probe) == [2, 3, 4, 5]
+    edits = [
+        f"{path.relative_to(repo_root)}:{line}"
+        for folder in ("tests", "benchmarks")
+        for path in sorted((repo_root / folder).rglob("*.py"))
+        for line in sys_path_edits(path.read_text())
+    ]
+    assert not edits, f"these lines edit sys.path; import the installed package instead: {edits}"

@@ -21,6 +21,8 @@ from vllm_omni.edge.plan import ExecPlan, StepArtifact, stateful_plan
 from vllm_omni.edge.runtime.open import open_decoder
 from vllm_omni.testing.codes import random_codes
 
+from ...plugin_package import install_modules
+
 FAKE_RKNNLITE = """
 from pathlib import Path
 import onnxruntime
@@ -57,9 +59,7 @@ def board_plan(cpu_plan, tmp_path, monkeypatch):
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "api.py").write_text(FAKE_RKNNLITE)
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.delitem(sys.modules, "rknnlite", raising=False)
-    monkeypatch.delitem(sys.modules, "rknnlite.api", raising=False)
+    install_modules(monkeypatch, {"rknnlite": package / "__init__.py", "rknnlite.api": package / "api.py"})
     source = ExecPlan.load(cpu_plan)
     directory = tmp_path / "plan"
     directory.mkdir()
