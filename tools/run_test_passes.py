@@ -1,11 +1,13 @@
 """Run pytest passes side by side, at most ``--lanes`` at once: ``make test``'s two vLLM passes together, then
-its main pass.
+its two main passes, each in the lane the next pass frees.
 
 Most of a vLLM pass on this project's 2-core machines keeps one core busy (an engine or server start: processes
 that import vLLM by spawn; the tiny talker's Python-bound steps; the official talker) or none (a test waiting on a
 socket limit), so two such passes that share nothing run together in about the time of the longer one. The main
-pass keeps both cores busy (ExecuTorch lowering and the RKNN compile beside the tests): it gets its own lane once
-one is free. Three passes at once on 2 cores thrash (measured: slower than one after the other).
+venv's tests keep more than a core busy (ExecuTorch lowering and the RKNN compile beside the tests): cut in two,
+the longer half follows the servers' pass and the shorter the engines' (the longest), so both lanes end close
+together. Three passes at once on 2 cores thrash (measured twice: slower than one after the other; on 2026-12-06
+the main pass stalled for ten minutes and a server test timed out).
 
 Usage::
 
