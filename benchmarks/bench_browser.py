@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import BenchmarkError, ensure_checkpoint, number, run_cli, table, vllm_server, write_json
-from vllm_omni.testing.browser import open_headless_chromium
+from vllm_omni.testing.browser import open_headless_chromium, run_in_page
 
 KEY = "bench-key"
 # Decoder settings beside the WASM thread counts: (name, reloadPlan options); threads None: the page's default.
@@ -126,14 +126,7 @@ class TreeMemory:
 
 def page_call(driver, body: str, *args, timeout: float = 600):
     """``body`` (an async function's body, ``args`` as ``args``) in the page; a rejection raises."""
-    script = (
-        "const done = arguments[arguments.length - 1];\n"
-        "const args = Array.from(arguments).slice(0, -1);\n"
-        "(async () => {\nwhile (!window.edgeTest) { await new Promise((r) => setTimeout(r, 50)); }\n"
-        f"{body}\n}})().then(done, (e) => done({{thrown: String((e && e.stack) || e)}}));"
-    )
-    driver.set_script_timeout(timeout)
-    result = driver.execute_async_script(script, *args)
+    result = run_in_page(driver, body, *args, timeout=timeout, wait_for_hook=True)
     if isinstance(result, dict) and ("thrown" in result or result.get("error")):
         raise BenchmarkError(f"the page failed: {result.get('thrown') or result.get('error')}")
     return result

@@ -6,8 +6,8 @@ that import vLLM by spawn; the tiny talker's Python-bound steps; the official ta
 socket limit), so two such passes that share nothing run together in about the time of the longer one. The main
 venv's tests keep more than a core busy (ExecuTorch lowering and the RKNN compile beside the tests): cut in two,
 the longer half follows the servers' pass and the shorter the engines' (the longest), so both lanes end close
-together. Three passes at once on 2 cores thrash (measured twice: slower than one after the other; on 2026-12-06
-the main pass stalled for ten minutes and a server test timed out).
+together. Three passes at once on 2 cores thrash (measured: slower than one after the other; tried again on
+2026-12-06, the main pass's first ExecuTorch lowering took over ten minutes beside the two vLLM passes).
 
 Usage::
 

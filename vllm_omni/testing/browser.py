@@ -63,3 +63,24 @@ def open_headless_chromium(
         options.set_capability("goog:loggingPrefs", logs)
     service = Service(str(CHROMEDRIVER), log_output=str(log_path)) if log_path else Service(str(CHROMEDRIVER))
     return webdriver.Chrome(service=service, options=options)
+
+
+# Time for chromedriver to answer once the page's own limit has passed (it reports the script timeout then).
+DRIVER_SLACK_S = 60
+
+
+def run_in_page(driver: Any, body: str, *args: Any, timeout: float, wait_for_hook: bool = False) -> Any:
+    """Run ``body`` (an async function's body; ``args`` as ``args``) in the page: what it returns, or
+    ``{"thrown": message}`` when it rejects. ``timeout`` bounds the page (Selenium's ``TimeoutException`` past it);
+    the HTTP read of the answer from chromedriver waits ``DRIVER_SLACK_S`` longer, not the client's default
+    120 s, which a slow host's long utterance outlasts. ``wait_for_hook``: wait first for ``window.edgeTest`` (the
+    module script may still be loading when the document is complete)."""
+    hook = "while (!window.edgeTest) { await new Promise((r) => setTimeout(r, 50)); }\n" if wait_for_hook else ""
+    script = (
+        "const done = arguments[arguments.length - 1];\n"
+        "const args = Array.from(arguments).slice(0, -1);\n"
+        f"(async () => {{\n{hook}{body}\n}})().then(done, (e) => done({{thrown: String((e && e.stack) || e)}}));"
+    )
+    driver.set_script_timeout(timeout)
+    driver.command_executor.client_config.timeout = timeout + DRIVER_SLACK_S
+    return driver.execute_async_script(script, *args)

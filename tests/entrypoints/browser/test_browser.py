@@ -33,7 +33,7 @@ import pytest
 from vllm_omni.edge.audio import snr_db
 from vllm_omni.entrypoints.browser.browser_page import ISOLATION_HEADERS, WEB_DIR_ENV, BrowserPage, web_dir
 from vllm_omni.entrypoints.websocket.socket_auth import CODEC_SUBPROTOCOL
-from vllm_omni.testing.browser import open_headless_chromium
+from vllm_omni.testing.browser import open_headless_chromium, run_in_page
 
 from ..serving import KEY, as_recording, bearer, running_server
 
@@ -233,17 +233,8 @@ def call(driver, body: str, *args, timeout: float, wait_for_hook: bool = False):
     rejection comes back as ``{"thrown": message}``."""
     from selenium.common.exceptions import TimeoutException
 
-    hook = ""
-    if wait_for_hook:  # the module script may still be loading when the document is complete
-        hook = "while (!window.edgeTest) { await new Promise((r) => setTimeout(r, 50)); }\n"
-    script = (
-        "const done = arguments[arguments.length - 1];\n"
-        "const args = Array.from(arguments).slice(0, -1);\n"
-        f"(async () => {{\n{hook}{body}\n}})().then(done, (e) => done({{thrown: String((e && e.stack) || e)}}));"
-    )
-    driver.set_script_timeout(timeout)
     try:
-        return driver.execute_async_script(script, *args)
+        return run_in_page(driver, body, *args, timeout=timeout, wait_for_hook=wait_for_hook)
     except TimeoutException:
         pytest.fail(f"the page did not answer in {timeout} s: {body.strip()[:120]}\n{console(driver)}")
 
