@@ -110,7 +110,11 @@ def test_paused_sessions_leave_room_for_other_requests_and_end_with_their_whole_
             asyncio.create_task(collect(generator.stream_text(request(), paused(text, gate), report=report)))
             for text, gate, report in zip(TEXTS, gates, reports, strict=True)
         ]
-        await asyncio.sleep(4.0)  # every session has spoken its first words and paused
+        # every session has spoken its first words and paused: held, or released past the bounds
+        deadline = asyncio.get_running_loop().time() + 120
+        while len(holds.held) + sum(report.releases for report in reports) < len(TEXTS):
+            assert asyncio.get_running_loop().time() < deadline, f"sessions not paused in 120 s: {reports}"
+            await asyncio.sleep(0.1)
         held = dict(holds.held)
         ordinary = dataclasses.replace(request(), text="An ordinary request while the others wait.")
         served = await asyncio.wait_for(collect(generator.stream(ordinary)), 120)  # never served, without the bounds
