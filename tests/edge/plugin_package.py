@@ -16,7 +16,8 @@ class InstalledForTest(DistributionFinder):
     distribution of ``dist_info`` (a ``.dist-info`` directory), nothing else."""
 
     def __init__(self, files: dict[str, Path], dist_info: Path | None = None) -> None:
-        self.files, self.dist_info = files, dist_info
+        self.files = files
+        self.distribution = PathDistribution(dist_info) if dist_info is not None else None
 
     def find_spec(self, fullname, path=None, target=None):
         source = self.files.get(fullname)
@@ -27,8 +28,8 @@ class InstalledForTest(DistributionFinder):
 
     def find_distributions(self, context=None):
         name = None if context is None else context.name
-        if self.dist_info is not None and name in (None, PathDistribution(self.dist_info).name):
-            yield PathDistribution(self.dist_info)
+        if self.distribution is not None and name in (None, self.distribution.name):
+            yield self.distribution
 
 
 def install_modules(monkeypatch: pytest.MonkeyPatch, files: dict[str, Path], dist_info: Path | None = None) -> None:

@@ -184,8 +184,7 @@ def hardware_classes() -> dict[str, HardwareClass]:
 def get_hardware_class(name: str) -> HardwareClass:
     """The class called ``name``; raises :class:`UnknownHardwareClassError` naming the known ones, or the plugin
     of that name that failed to load."""
-    builtin = next((record for record in BUILTIN_CLASSES if record.name == name), None)
-    if builtin is not None:  # no plugin is imported to answer for a built-in class
-        return builtin
-    plugins = hardware_classes()  # every plugin, loaded once
-    return plugins[name] if name in plugins else PLUGINS.load(name)  # unknown or broken: the error naming it
+    for record in BUILTIN_CLASSES:
+        if record.name == name:
+            return record  # no plugin is imported to answer for a built-in class
+    return PLUGINS.load(name)  # that plugin alone; unknown or broken: the error naming it
