@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 
 class PlaybackClock:
     """A speaker draining audio in real time behind a jitter buffer; counts the times it would run dry.
@@ -29,7 +31,7 @@ class PlaybackClock:
     @property
     def stalls(self) -> list[float]:
         """Seconds from running dry to playing again, per stall: the gaps between the stretches played."""
-        return [after[0] - before[1] for before, after in zip(self.playing, self.playing[1:], strict=False)]
+        return [after[0] - before[1] for before, after in itertools.pairwise(self.playing)]
 
     @property
     def ends_at(self) -> float | None:
