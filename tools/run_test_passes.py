@@ -9,6 +9,14 @@ the longer half follows the servers' pass and the shorter the engines' (the long
 together. Three passes at once on 2 cores thrash (measured: slower than one after the other; tried again on
 2026-12-06, the main pass's first ExecuTorch lowering took over ten minutes beside the two vLLM passes).
 
+Each pass gets its share of the cores as OpenMP threads (``--threads``; by default ``OMP_NUM_THREADS`` if the
+environment sets it, else the cores over the lanes, at least one): ``OMP_NUM_THREADS`` for torch in the tests and
+every process they start, and ``VLLM_CPU_OMP_THREADS_BIND=nobind`` (unless set) so that vLLM's CPU engines keep it (by
+default they bind one OpenMP thread to every core and set the count themselves). OpenMP threads meet at a barrier
+after every parallel region, so a pass whose threads span both cores waits, op by op, for the other pass to give up
+a core. Measured on 2 cores, the tiny talker's 50-frame greedy generate beside one busy process: 4.3-5.5 s wall and
+4.9-6.2 s of CPU with vLLM's binding, 0.7-0.8 s and 0.5 s with one thread (0.55 s either way on an idle machine).
+
 Usage::
 
     python tools/run_test_passes.py --logs out/test-logs --lanes 2 \\
@@ -57,13 +65,18 @@ class TestPass:
     cpu_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
-    def start(self) -> None:
+    def start(self, environment: dict[str, str] | None = None) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.started = time.monotonic()
         with open(self.log, "wb") as out:
             try:  # its own process group: a kill reaches the servers and builds the pass started
                 self.process = subprocess.Popen(
-                    self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                    self.command,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    env=environment,
                 )
             except OSError as exc:  # a venv not built: the pass fails with what to do, the others go on
                 out.write(f"could not start {self.command[0]}: {exc} (run the make target that sets it up)\n".encode())
@@ -132,17 +145,34 @@ def interrupt(signum, frame) -> None:
     raise KeyboardInterrupt  # a SIGTERM (a CI time limit) stops the passes' process groups too
 
 
-def run(passes: list[TestPass], lanes: int, timeout_s: float, report_s: float) -> int:
+def pass_environment(threads: int) -> dict[str, str]:
+    """This process's environment with ``threads`` OpenMP threads per pass, unbound (the module docstring says
+    why); a ``VLLM_CPU_OMP_THREADS_BIND`` already set is kept."""
+    return {"VLLM_CPU_OMP_THREADS_BIND": "nobind", **os.environ, "OMP_NUM_THREADS": str(threads)}
+
+
+def default_threads(lanes: int) -> int:
+    """``OMP_NUM_THREADS`` when the environment sets it to a number, else this process's cores over ``lanes``."""
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    return int(given) if given.isdigit() and int(given) > 0 else max(1, len(os.sched_getaffinity(0)) // lanes)
+
+
+def run(passes: list[TestPass], lanes: int, timeout_s: float, report_s: float, threads: int) -> int:
     signal.signal(signal.SIGTERM, interrupt)
     names = ", ".join(p.name for p in passes)
-    print(f"[tests] {len(passes)} passes, {lanes} at a time: {names} (logs in {passes[0].log.parent})", flush=True)
+    environment = pass_environment(threads)
+    print(
+        f"[tests] {len(passes)} passes, {lanes} at a time, {threads} OpenMP thread(s) each: {names} "
+        f"(logs in {passes[0].log.parent})",
+        flush=True,
+    )
     began = last_report = time.monotonic()
     try:
         while not all(p.poll() for p in passes):
             waiting = [p for p in passes if p.process is None and p.returncode is None]  # not started yet
             running = [p for p in passes if p.process is not None and not p.poll()]
             for test_pass in waiting[: max(0, lanes - len(running))]:
-                test_pass.start()
+                test_pass.start(environment)
             time.sleep(1)
             now = time.monotonic()
             for test_pass in passes:
@@ -176,13 +206,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lanes", type=int, default=2, help="how many passes run at once (at least 1)")
     parser.add_argument("--timeout-s", type=float, default=3600, help="a pass running longer is killed (failed)")
     parser.add_argument("--report-s", type=float, default=60, help="seconds between progress lines")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="OpenMP threads per pass (default: OMP_NUM_THREADS, else cores/lanes)"
+    )
     args = parser.parse_args(argv)
     passes = [parse_pass(text, args.logs) for text in args.passes]
     if len({p.name for p in passes}) != len(passes):
         raise SystemExit("run_test_passes: two passes have the same name; give each its own")
     if args.lanes < 1:
         raise SystemExit(f"run_test_passes: --lanes must be at least 1, got {args.lanes}")
-    return run(passes, args.lanes, args.timeout_s, args.report_s)
+    threads = args.threads if args.threads is not None else default_threads(args.lanes)
+    if threads < 1:
+        raise SystemExit(f"run_test_passes: --threads must be at least 1, got {threads}")
+    return run(passes, args.lanes, args.timeout_s, args.report_s, threads)
 
 
 if __name__ == "__main__":

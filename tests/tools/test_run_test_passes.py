@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -10,16 +11,22 @@ from pathlib import Path
 PASSING = "def test_one():\n    pass\n\ndef test_two():\n    pass\n"
 FAILING = "def test_ok():\n    pass\n\ndef test_broken():\n    assert 1 == 2, 'the marker of the failure'\n"
 SLEEPING = "import time\n\ndef test_sleeps():\n    time.sleep(60)\n"
+THREADS = "import os\n\ndef test_threads():\n    assert os.environ['OMP_NUM_THREADS'] == os.environ['WANT_THREADS']\n"
+THREADS += "    assert os.environ['VLLM_CPU_OMP_THREADS_BIND'] == 'nobind'\n"
 
 
-def run_passes(repo_root: Path, tmp_path: Path, modules: dict[str, str], *options: str) -> subprocess.CompletedProcess:
+def run_passes(
+    repo_root: Path, tmp_path: Path, modules: dict[str, str], *options: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     passes = []
     for name, source in modules.items():
         module = tmp_path / f"test_{name}.py"
         module.write_text(source)
         passes.append(f"{name}={sys.executable} -m pytest -q -p no:cacheprovider --rootdir {tmp_path} {module}")
     command = [sys.executable, str(repo_root / "tools" / "run_test_passes.py"), "--logs", str(tmp_path / "logs")]
-    return subprocess.run([*command, *options, *passes], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    return subprocess.run(
+        [*command, *options, *passes], capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env
+    )
 
 
 def test_passes_run_at_once_and_a_failure_fails_the_run_with_its_log(repo_root, tmp_path):
@@ -42,9 +49,10 @@ def test_all_passing_exits_zero(repo_root, tmp_path):
 
 def test_a_pass_over_its_time_is_killed_and_fails_the_run(repo_root, tmp_path):
     began = time.monotonic()
-    run = run_passes(repo_root, tmp_path, {"slow": SLEEPING, "quick": PASSING}, "--timeout-s", "5")
+    # 12 s: time for the quick pass's pytest to start and end on a loaded 2-core machine (5 s was not, once)
+    run = run_passes(repo_root, tmp_path, {"slow": SLEEPING, "quick": PASSING}, "--timeout-s", "12")
     assert time.monotonic() - began < 50, "the sleeping pass was not killed"
-    assert run.returncode == 1 and "killed after 5 s" in run.stdout, run.stdout
+    assert run.returncode == 1 and "killed after 12 s" in run.stdout, run.stdout
     assert run.stdout.splitlines()[-1] == "tests: 2 passed, 1 failed"
 
 
@@ -63,3 +71,16 @@ def test_a_pass_whose_program_is_missing_fails_in_its_log_and_the_others_run(rep
     assert run.returncode == 1 and "Traceback" not in run.stdout + run.stderr, run.stdout + run.stderr
     assert "could not start .venv-none/bin/python" in run.stdout and "did not start" in run.stdout
     assert run.stdout.splitlines()[-1] == "tests: 2 passed, 1 failed"
+
+
+def test_each_pass_gets_its_share_of_the_cores_as_unbound_openmp_threads(repo_root, tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    share = max(1, len(os.sched_getaffinity(0)) // 2)
+    for options, want in (((), share), (("--threads", "3"), 3)):
+        env = {**os.environ, "WANT_THREADS": str(want)}
+        run = run_passes(repo_root, tmp_path, {"one": THREADS, "two": THREADS}, "--lanes", "2", *options, env=env)
+        assert run.returncode == 0, run.stdout
+        assert f"{want} OpenMP thread(s) each" in run.stdout
+    env = {**os.environ, "WANT_THREADS": "5", "OMP_NUM_THREADS": "5"}  # the environment's count is kept
+    assert run_passes(repo_root, tmp_path, {"one": THREADS}, env=env).returncode == 0
