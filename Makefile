@@ -1,20 +1,27 @@
 # Entry points for a fresh machine. Every target sets up what it needs, incrementally.
 PY := .venv/bin/python
 # Test modules that run in the serving venv (marked `vllm`; the rest of the suite needs .venv's packages), in two
-# passes that run side by side (tools/run_test_passes.py): the modules that start a `vllm serve` of their own, and
-# the rest (engines, the official talker, the examples). The main venv's tests follow in two passes, each in the
-# lane the next pass frees: the export toolchains' (their session artifacts: ExecuTorch programs and the phone
-# and Rockchip plans, built beside the tests) after the servers' pass, the rest after the engines'.
+# passes: the modules that start a `vllm serve` of their own, and the rest (engines, the official talker, the
+# examples). The main venv's tests run in three: the ExecuTorch toolchain's (its session artifacts, the windowed
+# programs and the phone plans, built beside the tests), the other toolchains' (ONNX, RKNN: the Rockchip plan) with
+# the hostile plans, and the rest. tools/run_test_passes.py runs three at a time with one OpenMP thread each; the
+# main passes run at niceness 5 and fill the CPU the two vLLM passes (the longest, each at most a core) leave.
 VLLM_SERVER_TESTS := tests/entrypoints/browser/test_browser.py tests/entrypoints/routes/test_serve.py tests/entrypoints/routes/test_voice_serve.py tests/entrypoints/server/test_serve_guard.py
 VLLM_ENGINE_TESTS := tests/entrypoints $(addprefix --ignore=,$(VLLM_SERVER_TESTS)) \
 	tests/model_executor/models/qwen3_tts/test_talker.py \
 	tests/model_executor/models/qwen3_tts/tokenizer_12hz/test_tokenizer_encoder.py tests/model_executor/models/qwen3_tts/test_speaker_encoder.py \
 	tests/model_executor/models/qwen3_tts/test_batch_layout_backends.py tests/model_executor/models/qwen3_tts/test_text_stream.py \
 	tests/model_executor/models/qwen3_tts/test_vllm_symbols.py tests/examples
-MAIN_TOOLCHAIN_TESTS := tests/edge/backends tests/edge/builders tests/edge/client/test_session.py \
-	tests/edge/plan/test_hostile_plans.py
-MAIN_PASSES := main-toolchains="$(PY) -m pytest -q --durations=30 -m 'not vllm' $(MAIN_TOOLCHAIN_TESTS)" \
-	main-rest="$(PY) -m pytest -q --durations=30 -m 'not vllm' tests $(addprefix --ignore=,$(MAIN_TOOLCHAIN_TESTS))"
+MAIN_EXECUTORCH_TESTS := tests/edge/backends/executorch tests/edge/builders/executorch tests/edge/builders/test_plans.py \
+	tests/edge/builders/test_windowed.py tests/edge/client/test_session.py
+MAIN_TOOLCHAIN_TESTS := tests/edge/backends/onnx tests/edge/backends/rknn tests/edge/backends/test_registry.py \
+	tests/edge/builders/onnx tests/edge/builders/rknn tests/edge/builders/test_hostile_build.py \
+	tests/edge/builders/test_registry.py tests/edge/plan/test_hostile_plans.py
+MAIN_PASSES := main-executorch="$(PY) -m pytest -q --durations=30 -m 'not vllm' $(MAIN_EXECUTORCH_TESTS)" \
+	main-toolchains="$(PY) -m pytest -q --durations=30 -m 'not vllm' $(MAIN_TOOLCHAIN_TESTS)" \
+	main-rest="$(PY) -m pytest -q --durations=30 -m 'not vllm' tests \
+	$(addprefix --ignore=,$(MAIN_EXECUTORCH_TESTS) $(MAIN_TOOLCHAIN_TESTS))"
+MAIN_NICENESS := --nice main-executorch=5 --nice main-toolchains=5 --nice main-rest=5
 VLLM_PASSES := vllm-servers=".venv-vllm/bin/python -m pytest -q --durations=30 -m vllm $(VLLM_SERVER_TESTS)" \
 	vllm-engines=".venv-vllm/bin/python -m pytest -q --durations=30 -m vllm $(VLLM_ENGINE_TESTS)"
 
@@ -69,7 +76,7 @@ demo: setup setup-rknn
 test: setup setup-oracle setup-rknn setup-vllm setup-web setup-browser
 	$(PY) -m ruff check .
 	.venv/bin/lint-imports
-	$(PY) tools/run_test_passes.py --logs out/test-logs --lanes 2 $(VLLM_PASSES) $(MAIN_PASSES)
+	$(PY) tools/run_test_passes.py --logs out/test-logs --lanes 3 $(MAIN_NICENESS) $(VLLM_PASSES) $(MAIN_PASSES)
 
 # Only the talker tests (vLLM engine + official oracle), in the serving venv.
 test-vllm: setup setup-oracle setup-vllm setup-web setup-browser

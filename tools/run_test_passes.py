@@ -1,13 +1,17 @@
-"""Run pytest passes side by side, at most ``--lanes`` at once: ``make test``'s two vLLM passes together, then
-its two main passes, each in the lane the next pass frees.
+"""Run pytest passes side by side, at most ``--lanes`` at once: ``make test``'s two vLLM passes and its first main
+pass together, then the other main passes, each in the lane the next pass frees.
 
-Most of a vLLM pass on this project's 2-core machines keeps one core busy (an engine or server start: processes
-that import vLLM by spawn; the tiny talker's Python-bound steps; the official talker) or none (a test waiting on a
-socket limit), so two such passes that share nothing run together in about the time of the longer one. The main
-venv's tests keep more than a core busy (ExecuTorch lowering and the RKNN compile beside the tests): cut in two,
-the longer half follows the servers' pass and the shorter the engines' (the longest), so both lanes end close
-together. Three passes at once on 2 cores thrash (measured: slower than one after the other; tried again on
-2026-12-06, the main pass's first ExecuTorch lowering took over ten minutes beside the two vLLM passes).
+Most of a vLLM pass on this project's 2-core machines keeps at most one core busy (an engine or server start:
+processes that import vLLM by spawn; the tiny talker's Python-bound steps; the official talker) or none (a test
+waiting on a socket limit or a browser), so the two together leave part of a core idle for most of their ten
+minutes. The main venv's tests fill it: three passes (the ExecuTorch toolchain with its session artifacts, the
+other toolchains, the rest) at niceness 5 (``--nice NAME=N``), so that they take what the vLLM passes, the longest,
+leave rather than slow them down. Measured on 2026-12-07 (988 tests, ``make test`` with its set-up and lint): two
+lanes, the main tests in two passes after the vLLM ones, 20 min; three lanes at equal niceness, 16.9 min (the
+ExecuTorch pass got a third of the CPU and ended last); the vLLM passes at niceness 5 instead, stopped at 16 min with
+the engines' pass at 43% (it is the longest and can use only one core); as ``make test`` runs it now, 15.9 min.
+Every pass runs in this process's session: a session of its own would be a scheduling group of its own under
+Linux's autogroup, which shares the CPU equally between groups and applies a niceness only inside one.
 
 Each pass gets its share of the cores as OpenMP threads (``--threads``; by default ``OMP_NUM_THREADS`` if the
 environment sets it, else the cores over the lanes, at least one): ``OMP_NUM_THREADS`` for torch in the tests and
@@ -16,10 +20,11 @@ default they bind one OpenMP thread to every core and set the count themselves).
 after every parallel region, so a pass whose threads span both cores waits, op by op, for the other pass to give up
 a core. Measured on 2 cores, the tiny talker's 50-frame greedy generate beside one busy process: 4.3-5.5 s wall and
 4.9-6.2 s of CPU with vLLM's binding, 0.7-0.8 s and 0.5 s with one thread (0.55 s either way on an idle machine).
+The whole suite went from 44 to 27 core-minutes, and ``make test`` on two lanes from 29.5 to 20 min.
 
 Usage::
 
-    python tools/run_test_passes.py --logs out/test-logs --lanes 2 \\
+    python tools/run_test_passes.py --logs out/test-logs --lanes 3 --nice main=5 \\
         served=".venv-vllm/bin/python -m pytest -q -m vllm ..." engines="..." main=".venv/bin/python -m pytest ..."
 
 Each ``NAME=COMMAND`` starts, in the order given, as soon as fewer than ``--lanes`` passes run (the command split
@@ -64,18 +69,24 @@ class TestPass:
     seconds: float = 0.0
     cpu_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    niceness: int = 0
 
     def start(self, environment: dict[str, str] | None = None) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.started = time.monotonic()
+        niceness = self.niceness
         with open(self.log, "wb") as out:
-            try:  # its own process group: a kill reaches the servers and builds the pass started
+            # Its own process group (a kill reaches the servers and builds the pass started) in the runner's session:
+            # a session of its own would be a scheduling group of its own under Linux's autogroup, which shares the
+            # CPU equally between groups and applies a niceness only inside its group.
+            try:
                 self.process = subprocess.Popen(
                     self.command,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    start_new_session=True,
+                    process_group=0,
+                    preexec_fn=(lambda: os.nice(niceness)) if niceness else None,
                     env=environment,
                 )
             except OSError as exc:  # a venv not built: the pass fails with what to do, the others go on
@@ -207,6 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=3600, help="a pass running longer is killed (failed)")
     parser.add_argument("--report-s", type=float, default=60, help="seconds between progress lines")
     parser.add_argument(
+        "--nice",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="run pass NAME (and all it starts) at niceness N (0-19): it yields the CPU to the others",
+    )
+    parser.add_argument(
         "--threads", type=int, default=None, help="OpenMP threads per pass (default: OMP_NUM_THREADS, else cores/lanes)"
     )
     args = parser.parse_args(argv)
@@ -215,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("run_test_passes: two passes have the same name; give each its own")
     if args.lanes < 1:
         raise SystemExit(f"run_test_passes: --lanes must be at least 1, got {args.lanes}")
+    by_name = {p.name: p for p in passes}
+    for text in args.nice:
+        name, _, number = text.partition("=")
+        if name not in by_name or not number.isdigit() or int(number) > 19:
+            raise SystemExit(f"run_test_passes: --nice expects NAME=N with a pass's name and N in 0-19, got {text!r}")
+        by_name[name].niceness = int(number)
     threads = args.threads if args.threads is not None else default_threads(args.lanes)
     if threads < 1:
         raise SystemExit(f"run_test_passes: --threads must be at least 1, got {threads}")

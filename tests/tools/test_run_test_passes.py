@@ -84,3 +84,13 @@ def test_each_pass_gets_its_share_of_the_cores_as_unbound_openmp_threads(repo_ro
         assert f"{want} OpenMP thread(s) each" in run.stdout
     env = {**os.environ, "WANT_THREADS": "5", "OMP_NUM_THREADS": "5"}  # the environment's count is kept
     assert run_passes(repo_root, tmp_path, {"one": THREADS}, env=env).returncode == 0
+
+
+def test_a_pass_runs_at_its_niceness_and_a_bad_one_is_one_line(repo_root, tmp_path):
+    nice = "import os\n\ndef test_nice():\n    assert os.nice(0) == 7, os.nice(0)\n"
+    run = run_passes(repo_root, tmp_path, {"low": nice, "other": PASSING}, "--nice", "low=7")
+    assert run.returncode == 0 and run.stdout.splitlines()[-1] == "tests: 3 passed, 0 failed", run.stdout
+    for bad in ("nobody=5", "low=40", "low"):
+        refused = run_passes(repo_root, tmp_path, {"low": PASSING}, "--nice", bad)
+        assert refused.returncode != 0 and "--nice expects NAME=N" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
