@@ -76,9 +76,8 @@ class TestPass:
         self.started = time.monotonic()
         niceness = self.niceness
         with open(self.log, "wb") as out:
-            # Its own process group (a kill reaches the servers and builds the pass started) in the runner's session:
-            # a session of its own would be a scheduling group of its own under Linux's autogroup, which shares the
-            # CPU equally between groups and applies a niceness only inside its group.
+            # its own process group (a kill reaches the servers and builds the pass started) in this session (the
+            # module's docstring says why), ``niceness`` added to this process's
             try:
                 self.process = subprocess.Popen(
                     self.command,
@@ -222,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="NAME=N",
-        help="run pass NAME (and all it starts) at niceness N (0-19): it yields the CPU to the others",
+        help="run pass NAME (and all it starts) N nicer than this runner (0-19): it yields the CPU to the others",
     )
     parser.add_argument(
         "--threads", type=int, default=None, help="OpenMP threads per pass (default: OMP_NUM_THREADS, else cores/lanes)"
