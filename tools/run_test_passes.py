@@ -8,7 +8,7 @@ minutes. The main venv's tests fill it: three passes (the ExecuTorch toolchain w
 other toolchains, the rest) at niceness 5 (``--nice NAME=N``), so that they take what the vLLM passes, the longest,
 leave rather than slow them down. Measured on 2026-12-07 (988 tests, ``make test`` with its set-up and lint): two
 lanes, the main tests in two passes after the vLLM ones, 20 min; three lanes at equal niceness, 16.9 min (the
-ExecuTorch pass got a third of the CPU and ended last); the vLLM passes at niceness 5 instead, stopped at 16 min with
+ExecuTorch pass got 0.4 of a core and ended last); the vLLM passes at niceness 5 instead, stopped at 16 min with
 the engines' pass at 43% (it is the longest and can use only one core); as ``make test`` runs it now, 15.9 min.
 Every pass runs in this process's session: a session of its own would be a scheduling group of its own under
 Linux's autogroup, which shares the CPU equally between groups and applies a niceness only inside one.
@@ -74,10 +74,9 @@ class TestPass:
     def start(self, environment: dict[str, str] | None = None) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.started = time.monotonic()
-        niceness = self.niceness
         with open(self.log, "wb") as out:
             # its own process group (a kill reaches the servers and builds the pass started) in this session (the
-            # module's docstring says why), ``niceness`` added to this process's
+            # module's docstring says why), its niceness added to this process's
             try:
                 self.process = subprocess.Popen(
                     self.command,
@@ -85,7 +84,7 @@ class TestPass:
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     process_group=0,
-                    preexec_fn=(lambda: os.nice(niceness)) if niceness else None,
+                    preexec_fn=(lambda: os.nice(self.niceness)) if self.niceness else None,
                     env=environment,
                 )
             except OSError as exc:  # a venv not built: the pass fails with what to do, the others go on
