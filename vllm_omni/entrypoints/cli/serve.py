@@ -5,6 +5,8 @@ servers keep working), plus:
 
 * the talker's engine settings (its logits processor, no prefix caching, prompts as ids, the v1
   model runner), set unless the user set them; the model refuses contradicting ones at start-up;
+* a local checkpoint served under its directory's name unless ``--served-model-name`` is given (no server path in
+  metrics labels), its path still accepted;
 * ``--edge-hardware``: classes to publish plans for, checked against the registry;
 * ``--edge-artifacts``: one plan directory per class, validated or built from the served model's
   ``speech_tokenizer/`` before the engine starts (progress lines on stderr; resumable);
@@ -76,6 +78,14 @@ def apply_talker_engine_settings(args: argparse.Namespace, argv: list[str] | Non
         setattr(args, name, value)
 
 
+def name_a_local_model(args: argparse.Namespace, model: str) -> None:
+    """Without ``--served-model-name``, a checkpoint in a local directory is served as the directory's name first
+    (vLLM's metrics labels and answers name the model by the first served name: no path of this server in them),
+    its path as given still accepted in a request's ``model``."""
+    if not getattr(args, "served_model_name", None) and Path(model).is_dir():
+        args.served_model_name = [Path(model).resolve().name, model]
+
+
 class OmniServeSubcommand(ServeSubcommand):
     """vLLM's ``serve`` with the talker's settings and the edge plans."""
 
@@ -136,6 +146,7 @@ class OmniServeSubcommand(ServeSubcommand):
 
         model = getattr(args, "model_tag", None) or args.model
         apply_talker_engine_settings(args)
+        name_a_local_model(args, model)
         allow_plugins(GENERAL_PLUGIN, ENDPOINT_PLUGIN)
         args.middleware = [*(args.middleware or []), SOCKET_AUTH_MIDDLEWARE]
         try:

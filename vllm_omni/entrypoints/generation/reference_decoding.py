@@ -176,9 +176,8 @@ def _decode(file: Any, what: str, max_seconds: float | None) -> tuple[np.ndarray
         file.seek(0)
         fmt = container_format(head)
         if fmt is None:
-            raise ReferenceAudioError(
-                f"{what} are not an accepted audio file: reference audio must be {ACCEPTED_FORMATS} (it starts "
-                f"with {head[:8]!r})"
+            raise ReferenceAudioError(  # what was read is never quoted: a fetched or local file may be anything
+                f"{what} are not an accepted audio file: reference audio must be {ACCEPTED_FORMATS}"
             )
         return _demux(av, file, fmt, what, max_seconds)
 

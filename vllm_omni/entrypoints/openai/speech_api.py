@@ -15,6 +15,7 @@ disagree, OpenAI wins on OpenAI's fields (``response_format`` defaults to ``mp3`
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Literal
 
 from vllm_omni.errors import RequestRefused
@@ -176,6 +177,14 @@ def check_text(name: str, text: str | None, limit: int, flag: str | None = None)
         ) from None
 
 
+def check_model(model: str | None, served_models: tuple[str, ...]) -> None:
+    """A request's ``model`` (None: any) among the served names, else a 404 listing them: the names, never a
+    checkpoint's path (a local checkpoint's path is accepted, not listed)."""
+    if model is not None and model not in served_models:
+        listed = [name for name in served_models if not os.path.isdir(name)] or ["(see --served-model-name)"]
+        raise SpeechApiError(404, f"model {model!r} is not served here; served: {', '.join(listed)}")
+
+
 def check_body(body: Any, limits: SpeechLimits, served_models: tuple[str, ...], tts_model_type: str) -> None:
     """What :func:`speech_body_model` cannot check alone: the limits, the served model, the format's options."""
     from .speech_audio import AudioFormatError, check_speed
@@ -185,8 +194,7 @@ def check_body(body: Any, limits: SpeechLimits, served_models: tuple[str, ...], 
     check_text("ref_text", body.ref_text, limits.max_input_chars, "speech-max-input-chars")
     for name in ("voice", "language", "model", "edge_hardware"):
         check_text(name, getattr(body, name), MAX_NAME_CHARS)
-    if body.model is not None and body.model not in served_models:
-        raise SpeechApiError(404, f"model {body.model!r} is not served here; served: {', '.join(served_models)}")
+    check_model(body.model, served_models)
     task_type = body.task_type or ("Base" if body.ref_audio or body.ref_text else None)  # upstream infers Base
     if task_type is not None and TASK_TYPES[task_type] != tts_model_type:
         inferred = "" if body.task_type else " (inferred from ref_audio/ref_text)"

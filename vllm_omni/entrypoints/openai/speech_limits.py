@@ -24,6 +24,7 @@ class SpeechLimits:
     socket_idle_s: float = 60.0  # a WebSocket with nothing to say and no message from its client
     socket_max_s: float = 1800.0  # a WebSocket session, whatever it does
     socket_max_queued_chars: int = 16384  # text a WebSocket client sent that is not spoken yet
+    socket_max_queued_utterances: int = 128  # utterances (first vocabulary: sentences) a session holds unspoken
     decode_workers: int = 0  # server-side decode/encode threads; 0: one per CPU, at most 4
     max_voices: int = 256  # uploaded voices kept (Base checkpoints)
     max_voice_bytes: int = 64 << 20  # their files together
@@ -31,7 +32,8 @@ class SpeechLimits:
         0  # open speech WebSocket sessions of the server (split between API processes); 0: half of max_num_seqs
     )
     max_batch_items: int = 32  # items of one POST /v1/audio/speech/batch (upstream's default)
-    max_responses: int = 64  # HTTP speech responses in flight per API server process (then 503)
+    max_responses: int = 64  # HTTP speech responses in flight per API server process, a batch as its items (503)
+    max_voice_uploads: int = 4  # voice uploads in flight per API server process (then 503)
     max_queued_jobs: int = 16  # prompt builds, and voice encodings, waiting or running (each pool; then 503)
     stream_hold_s: float = 2.0  # a paused stream-mode utterance keeps its KV this long (as streamed_text.HOLD_S)
 
@@ -60,6 +62,12 @@ _FLAGS = {
     "socket-idle-s": ("socket_idle_s", float, "close a speech WebSocket idle this long (nothing to speak, no message)"),
     "socket-max-s": ("socket_max_s", float, "close a speech WebSocket session after this long"),
     "socket-max-queued-chars": ("socket_max_queued_chars", int, "most text a WebSocket client may queue unspoken"),
+    "socket-max-queued-utterances": (
+        "socket_max_queued_utterances",
+        int,
+        "most utterances a WebSocket session may queue unspoken (upstream's vocabulary: each input.done; the first: "
+        "each sentence)",
+    ),
     "decode-workers": ("decode_workers", int, "threads decoding server-side PCM and encoding audio (0: auto)"),
     "max-voices": ("max_voices", int, "uploaded voices kept on disk (Base checkpoints)"),
     "max-voice-bytes": ("max_voice_bytes", int, "bytes of all uploaded voices' files together"),
@@ -73,7 +81,13 @@ _FLAGS = {
     "max-responses": (
         "max_responses",
         int,
-        "HTTP speech responses in flight per API server process (more are refused with 503 and Retry-After)",
+        "HTTP speech responses in flight per API server process, a batch counted as the items it runs at once "
+        "(more are refused with 503 and Retry-After)",
+    ),
+    "max-voice-uploads": (
+        "max_voice_uploads",
+        int,
+        "POST /v1/audio/voices requests in flight per API server process (more are refused with 503 and Retry-After)",
     ),
     "max-queued-jobs": (
         "max_queued_jobs",
@@ -108,6 +122,13 @@ def add_limit_arguments(group: argparse._ArgumentGroup) -> None:
         metavar="NAME[,NAME]",
         help="host names this server answers to besides IP addresses, localhost, --host and the allowed origins' "
         "hosts (a request with another Host is refused with 403: DNS rebinding); '*' answers to any name",
+    )
+    group.add_argument(
+        "--speech-open-metrics",
+        dest="speech_open_metrics",
+        action="store_true",
+        help="serve GET /metrics without the API key (for a scraper on a private port); by default a server "
+        "started with --api-key asks for it there too",
     )
     defaults = SpeechLimits()
     for flag, (name, kind, text) in _FLAGS.items():

@@ -61,6 +61,7 @@ from ..openai.speech_http import (
     retry_after,
     until_disconnected,
 )
+from ..server.in_flight import InFlight
 from ..server.request_guard import RequestGuard, guard_settings
 from ..server.server_logs import quiet_known_noise
 from ..server.serving_state import ServingState, load_serving_state
@@ -81,6 +82,7 @@ from .speech_batch import speech_batch_route
 from .voice_uploads import read_voice_upload, save_voice
 
 STATE_ATTRIBUTE = "omni_serving"  # app.state's attribute: this process's ServingState
+IN_FLIGHT_ATTRIBUTE = "omni_in_flight"  # app.state's attribute: the request guard's InFlightBounds
 # vLLM's text routes (prefixes): a talker makes codec frames, so each answers 404 saying what to use.
 TEXT_ROUTES = (
     "/v1/chat/completions",
@@ -199,7 +201,10 @@ def build_router():
         headers |= usage_headers(usage(prepared, counts["frames"]))
         return Response(whole_file(data, fmt, speech.sample_rate), media_type=AUDIO_FORMATS[fmt], headers=headers)
 
-    batch = speech_batch_route(lambda request: state(request).speech, speech_model)
+    def batch_slots(request: Request) -> InFlight:
+        return getattr(request.app.state, IN_FLIGHT_ATTRIBUTE).responses
+
+    batch = speech_batch_route(lambda request: state(request).speech, batch_slots, speech_model)
     router.add_api_route("/v1/audio/speech/batch", batch, methods=["POST"])
 
     @router.websocket(SOCKET_PATH)
@@ -277,7 +282,9 @@ class EdgeEndpointPlugin:
         if "browser" in getattr(getattr(app.state, "args", None), "edge_classes", ()):
             app.include_router(build_page_router(BrowserPage.find()))
         app.add_exception_handler(RequestRefused, api_error)
-        app.add_middleware(RequestGuard, **guard_settings(app.state.args))
+        settings = guard_settings(app.state.args)
+        setattr(app.state, IN_FLIGHT_ATTRIBUTE, settings["in_flight"])  # the batch route counts its items there
+        app.add_middleware(RequestGuard, **settings)
 
     async def init_state(self, engine_client, state, args) -> None:
         if engine_client is None:

@@ -3,11 +3,13 @@
 The body is ``items`` (1 to ``--speech-max-batch-items``, each with its ``input`` and any field of
 ``POST /v1/audio/speech``) and defaults for every item at its top level (an item's own value wins; the
 ``response_format`` default is upstream's ``wav``). Each item is checked as a request of its own and spoken
-whole (no streaming, no codec stream: the answer is JSON); the items run concurrently in the engine, each
-bounded as a single request is, and a client that leaves aborts every one of them. Items that give the same
-reference audio (a top-level ``ref_audio``: every item) share one encoding of the voice. The answer is upstream's:
-``{id, results: [{index, status: "success", audio_data (base64), media_type, usage} | {index, status: "error",
-error}], total, succeeded, failed}``, 200 whatever the items' fates; a body that is not a batch is a 400.
+whole (no streaming, no codec stream: the answer is JSON); the items run concurrently in the engine as far as
+``--speech-max-responses`` leaves room (the batch counts as the items it runs at once: one on its own slot, more
+only on slots free then), each bounded as a single request is, and a client that leaves aborts every one of them.
+Items that give the same reference audio (a top-level ``ref_audio``: every item) share one encoding of the voice.
+The answer is upstream's: ``{id, results: [{index, status: "success", audio_data (base64), media_type, usage} |
+{index, status: "error", error}], total, succeeded, failed}``, 200 whatever the items' fates; a body that is not a
+batch is a 400.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoint's parameter type (Request) from the live
@@ -20,8 +22,9 @@ from typing import Any
 
 from vllm_omni.errors import RequestRefused
 
-from ..openai.speech_api import SpeechApiError, parse_json, speech_body, to_speech_request
+from ..openai.speech_api import SpeechApiError, check_model, parse_json, speech_body, to_speech_request
 from ..openai.speech_http import error_response, read_body, until_disconnected
+from ..server.in_flight import BatchItems
 from ..server.speech_service import SpeechService
 from ..server.speech_streams import audio_stream, public_error, usage, whole_file
 
@@ -50,8 +53,9 @@ def item_bodies(data: Any, limit: int) -> list[dict[str, Any]]:
     return bodies
 
 
-def speech_batch_route(service: Any, speech_model: Any) -> Any:
-    """The route's endpoint; ``service(request)`` is the process's :class:`SpeechService`."""
+def speech_batch_route(service: Any, slots: Any, speech_model: Any) -> Any:
+    """The route's endpoint; ``service(request)`` is the process's :class:`SpeechService`, ``slots(request)`` its
+    speech responses in flight (:class:`~..server.in_flight.InFlight`), which the items count against."""
     from fastapi import Request
     from fastapi.responses import JSONResponse, Response
 
@@ -62,8 +66,7 @@ def speech_batch_route(service: Any, speech_model: Any) -> Any:
         data = parse_json(await read_body(request, speech.limits.max_body_bytes))
         bodies = item_bodies(data, speech.limits.max_batch_items)
         model = data.get("model")
-        if model is not None and model not in speech.served_models:
-            raise SpeechApiError(404, f"model {model!r} is not served here; served: {', '.join(speech.served_models)}")
+        check_model(model if isinstance(model, str) else None, speech.served_models)
 
         made: dict[tuple, asyncio.Future] = {}  # a cloned voice per reference: a batch default is one for all items
 
@@ -79,6 +82,7 @@ def speech_batch_route(service: Any, speech_model: Any) -> Any:
             return dataclasses.replace(request, voice=voice, ref_audio=None, speaker_embedding=None, ref_text=None)
 
         admitted = asyncio.Semaphore(max(1, speech.limits.max_queued_jobs // 2))
+        items = BatchItems(slots(request))  # at once: its own slot's item and those on free slots
 
         async def speak(index: int, fields: dict[str, Any]) -> dict[str, Any]:
             try:
@@ -90,13 +94,14 @@ def speech_batch_route(service: Any, speech_model: Any) -> Any:
                     )
                 body = speech_body(speech_model, fields, speech.limits, speech.served_models, speech.config)
                 request_id = f"speech-batch-{uuid.uuid4().hex}"
-                async with admitted:  # a batch takes at most half the work queues: its items wait, never refused
-                    voiced = await with_voice(to_speech_request(body, speech.voices.store))
-                    prepared = await speech.prepare(voiced, request_id)
-                counts: dict[str, int] = {}
-                fmt = body.response_format
-                stream = audio_stream(speech, prepared, request_id, fmt, body.speed, counts, body.first_frames)
-                data = b"".join([chunk async for chunk in stream])
+                async with items.slot():
+                    async with admitted:  # a batch takes at most half the work queues: its items wait, never refused
+                        voiced = await with_voice(to_speech_request(body, speech.voices.store))
+                        prepared = await speech.prepare(voiced, request_id)
+                    counts: dict[str, int] = {}
+                    fmt = body.response_format
+                    stream = audio_stream(speech, prepared, request_id, fmt, body.speed, counts, body.first_frames)
+                    data = b"".join([chunk async for chunk in stream])
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # this item's refusal or failure; the others go on

@@ -68,8 +68,6 @@ async def read_voice_upload(request: Any, speech: SpeechService) -> VoiceUpload:
             raise SpeechApiError(400, "a voice upload is one JSON object: name, audio_sample, ref_text, consent")
         given = fields.get("audio_sample", fields.get("audio"))
         audio = decode_audio_field(given, "audio_sample") if isinstance(given, str) else None
-    if isinstance(audio, ReferenceUrl):
-        audio = await speech.fetch_reference(audio)
     name = check_name(fields.get("name"))
     embedding = fields.get("speaker_embedding")
     if isinstance(embedding, str):
@@ -95,11 +93,13 @@ async def read_voice_upload(request: Any, speech: SpeechService) -> VoiceUpload:
         raise SpeechApiError(400, "speaker_description must be a string")
     check_text("speaker_description", description, 1024)
     x_vector_only = ref_text is None or str(fields.get("x_vector_only_mode", "false")).lower() in ("true", "1")
+    await speech.voices.files(store.check_room, name)  # before any fetch and the encoding's CPU time
+    if isinstance(audio, ReferenceUrl):
+        audio = await speech.fetch_reference(audio)
     details = {"speaker_description": description, "embedding_source": "audio" if audio else "direct"}
     if audio:
         given_type = mime_type if mime_type not in (None, "", "application/octet-stream") else None
         details |= {"file_size": len(audio), "mime_type": given_type or sniff_mime_type(audio)}
-    await speech.voices.files(store.check_room, name)  # before the encoding's CPU time
     if embedding is not None:
         request_voice = SpeechRequest(text="Hello.", speaker_embedding=embedding)
     else:

@@ -11,9 +11,12 @@ preflight ``OPTIONS`` requests itself, and a request without the key is refused 
 * On the speech routes that read JSON, ``Content-Type: application/json`` (the voice upload also takes
   ``multipart/form-data``): a ``text/plain`` body is what a cross-site page can send without a preflight,
   so it is refused with 415.
-* The HTTP speech responses of this process in flight bounded (``--speech-max-responses``: 503 with
-  ``Retry-After`` past it), and each send of their bodies within :data:`SEND_DEADLINE_S`: a client that stops
-  reading loses its response (its engine request is aborted) instead of holding a decoder and its audio.
+* The HTTP speech responses and voice uploads of this process in flight bounded (``--speech-max-responses``,
+  ``--speech-max-voice-uploads``: 503 with ``Retry-After`` past them, :mod:`.in_flight`), and each send of a
+  speech response's body within :data:`SEND_DEADLINE_S`: a client that stops reading loses its response (its
+  engine request is aborted) instead of holding a decoder and its audio.
+* ``GET /metrics`` (vLLM's Prometheus exporter, outside the paths vLLM's ``--api-key`` guards) with the key when
+  the server has one, unless ``--speech-open-metrics`` opens it for a scraper (401 otherwise).
 * WebSocket messages bounded where their bytes arrive: at start-up (the lifespan event, before the server
   listens) uvicorn's per-connection settings of this process get ``ws_max_size`` = ``--speech-max-body-bytes``
   and per-message deflate off, so no message is inflated or held past the limit the session would refuse
@@ -23,15 +26,17 @@ preflight ``OPTIONS`` requests itself, and a request without the key is refused 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
+import os
 from typing import Any
 
 from vllm_omni.errors import RequestRefused
 
 from ..openai.speech_http import error_body, retry_after
+from .in_flight import InFlightBounds
 from .site_policy import SitePolicy
-from .work_queue import RETRY_AFTER_S
 
 logger = logging.getLogger("vllm.omni.speech")
 
@@ -45,8 +50,7 @@ BODY_TYPES = {
     "/v1/audio/voices": (JSON, MULTIPART),
 }
 WS_OVERHEAD_BYTES = 1024  # a frame's header and a JSON message's envelope, over the body limit
-# The HTTP speech routes: responses in flight per process are bounded, and each send has a deadline.
-SPEECH_ROUTES = ("/v1/audio/speech", "/v1/audio/speech/batch")
+METRICS_PATH = "/metrics"
 SEND_DEADLINE_S = 30.0  # a client that reads nothing for this long while its response waits is let go
 
 
@@ -77,8 +81,19 @@ def guard_settings(args: Any) -> dict[str, Any]:
     from ..openai.speech_limits import SpeechLimits
 
     limits = SpeechLimits.from_args(args)
-    ws_max_size = limits.max_body_bytes + WS_OVERHEAD_BYTES
-    return {"policy": site_policy(args), "ws_max_size": ws_max_size, "max_responses": limits.max_responses}
+    return {
+        "policy": site_policy(args),
+        "ws_max_size": limits.max_body_bytes + WS_OVERHEAD_BYTES,
+        "in_flight": InFlightBounds.for_limits(limits),
+        "metrics_keys": () if getattr(args, "speech_open_metrics", False) else api_keys(args),
+    }
+
+
+def api_keys(args: Any) -> tuple[str, ...]:
+    """The keys vLLM's ``--api-key`` guard takes, as it reads them: ``--api-key`` (one or several), else
+    ``VLLM_API_KEY``; none: a keyless server."""
+    given = getattr(args, "api_key", None) or [os.environ.get("VLLM_API_KEY")]
+    return tuple(key for key in ([given] if isinstance(given, str) else given) if key)
 
 
 def header(scope: dict[str, Any], name: bytes) -> str | None:
@@ -95,9 +110,17 @@ def media_type(value: str | None) -> str:
 class RequestGuard:
     """Pure ASGI middleware: the checks of the module docstring, then the app."""
 
-    def __init__(self, app: Any, policy: SitePolicy, ws_max_size: int, max_responses: int) -> None:
-        self.app, self.policy, self.ws_max_size, self.max_responses = app, policy, ws_max_size, max_responses
-        self.responses = 0  # speech responses in flight in this process
+    def __init__(
+        self,
+        app: Any,
+        policy: SitePolicy,
+        ws_max_size: int,
+        in_flight: InFlightBounds,
+        metrics_keys: tuple[str, ...] = (),
+    ) -> None:
+        self.app, self.policy, self.ws_max_size = app, policy, ws_max_size
+        self.in_flight = in_flight  # also the batch route's (app.state): its items count against the same bound
+        self.metrics_keys = metrics_keys  # GET /metrics needs one of them (none: open)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -112,14 +135,19 @@ class RequestGuard:
                 else:
                     await refuse(send, refusal)
                 return
-            if kind == "http" and path in SPEECH_ROUTES:
-                await self.speech_response(scope, receive, send)
+            bound = self.in_flight.bound(scope.get("method", "GET"), path) if kind == "http" else None
+            if bound is not None:
+                with bound.held():
+                    if bound is self.in_flight.responses:
+                        await self.speech_response(scope, receive, send)
+                    else:
+                        await self.app(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
     async def speech_response(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """A speech route's response, counted while in flight, each of its sends within :data:`SEND_DEADLINE_S`
-        (a stalled send ends the response: its body's generator is closed, its engine request aborted)."""
+        """A speech route's response, each of its sends within :data:`SEND_DEADLINE_S` (a stalled send ends the
+        response: its body's generator is closed, its engine request aborted)."""
 
         async def send_in_time(message: dict[str, Any]) -> None:
             try:
@@ -128,15 +156,12 @@ class RequestGuard:
             except TimeoutError:
                 raise ClientNotReading(f"the client read nothing for {SEND_DEADLINE_S:g} s") from None
 
-        self.responses += 1
         try:
             await self.app(scope, receive, send_in_time)
         except Exception as error:  # a streamed body raises it through its task group, wrapped
             if (abandoned := not_reading(error)) is None:
                 raise
             logger.info("speech response abandoned: %s", abandoned)
-        finally:
-            self.responses -= 1
 
     def refusal(self, scope: dict[str, Any], path: str) -> RequestRefused | None:
         """The refusal of a request this server does not take (``path``: its route path), or None."""
@@ -155,6 +180,13 @@ class RequestGuard:
                 "operator allows an origin with --speech-allowed-origins",
                 403,
             )
+        metrics = path.startswith(METRICS_PATH)  # vLLM mounts its exporter on ^/metrics.*
+        if scope["type"] == "http" and metrics and self.metrics_keys and not self.keyed(scope):
+            return RequestRefused(
+                "/metrics needs the server's API key (Authorization: Bearer KEY); an operator opens it to a scraper "
+                "with --speech-open-metrics",
+                401,
+            )
         if scope["type"] == "http" and scope.get("method", "GET") in STATE_CHANGING:
             accepted = BODY_TYPES.get(path)
             given = media_type(header(scope, b"content-type"))
@@ -162,14 +194,18 @@ class RequestGuard:
                 return RequestRefused(
                     f"Content-Type {given or 'none'!r} is not read here: send {' or '.join(accepted)}", 415
                 )
-            if path in SPEECH_ROUTES and self.responses >= self.max_responses:
-                return RequestRefused(
-                    f"{self.responses} speech responses are in flight, the most this server process takes "
-                    "(--speech-max-responses): try again in a moment",
-                    503,
-                    RETRY_AFTER_S,
-                )
+            bound = self.in_flight.bound(scope["method"], path)
+            if bound is not None:
+                return bound.refusal()
         return None
+
+    def keyed(self, scope: dict[str, Any]) -> bool:
+        """Whether the request carries one of the server's API keys as vLLM's guard reads it (``Authorization:
+        Bearer KEY``, the scheme in any case), compared in constant time."""
+        scheme, _, given = (header(scope, b"authorization") or "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return any(hmac.compare_digest(given.encode(), key.encode()) for key in self.metrics_keys)
 
     def bound_websocket_messages(self, scope: dict[str, Any]) -> None:
         server = getattr(getattr(scope.get("app"), "state", None), "server", None)

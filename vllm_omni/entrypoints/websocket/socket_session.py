@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 from vllm_omni.errors import RequestRefused
 
 from ..openai.speech_api import SpeechApiError, parse_json, to_speech_request
+from ..openai.speech_limits import SpeechLimits
 from ..server.serving_state import ServingState
 
 # WebSocket close codes (4000-4999 are the application's): what went wrong with the client's messages.
@@ -80,6 +81,54 @@ def parse_message(message: dict, limit: int) -> dict:
     return payload
 
 
+class UtteranceQueue:
+    """What a session holds unspoken, bounded alike in every vocabulary: the utterances queued (upstream's: each
+    ``input.done``; the first vocabulary's: each sentence) by count (``--speech-socket-max-queued-utterances``)
+    and by characters (``--speech-socket-max-queued-chars``), and a streamed utterance's text by the latter.
+    :meth:`admit` before one is queued, :meth:`taken` when the speaker takes it; past a bound, a
+    :class:`ProtocolError` with close 4413 whose message is the same in both vocabularies."""
+
+    def __init__(self, limits: SpeechLimits) -> None:
+        self.limits = limits
+        self.count = 0
+        self.chars = 0
+
+    def admit(self, chars: int) -> None:
+        """One more utterance of ``chars`` characters queued, or a :class:`ProtocolError` (nothing counted)."""
+        limits = self.limits
+        count, total = self.count + 1, self.chars + chars
+        if count > limits.socket_max_queued_utterances:
+            raise ProtocolError(
+                CLOSE_TOO_MUCH_QUEUED,
+                f"{count} utterances would wait to be spoken; a session queues at most "
+                f"{limits.socket_max_queued_utterances} (--speech-socket-max-queued-utterances): send more once "
+                "the queued ones are spoken",
+            )
+        if total > limits.socket_max_queued_chars:
+            raise ProtocolError(
+                CLOSE_TOO_MUCH_QUEUED,
+                f"{total} characters of text would wait to be spoken; a session queues at most "
+                f"{limits.socket_max_queued_chars} (--speech-socket-max-queued-chars): send more once the queued "
+                "text is spoken",
+            )
+        self.count, self.chars = count, total
+
+    def taken(self, chars: int) -> None:
+        """The speaker took an utterance of ``chars`` characters: it is no longer waiting."""
+        self.count -= 1
+        self.chars -= chars
+
+    def check_streamed(self, chars: int, hint: str) -> None:
+        """A streamed utterance's text so far (``chars``), or a :class:`ProtocolError`; ``hint``: what to do."""
+        limit = self.limits.socket_max_queued_chars
+        if chars > limit:
+            raise ProtocolError(
+                CLOSE_TOO_MUCH_QUEUED,
+                f"the utterance's text is {chars} characters; one streamed utterance takes at most {limit} "
+                f"(--speech-socket-max-queued-chars): {hint}",
+            )
+
+
 class SocketSession:
     """The lifecycle of one connection: :meth:`receive` (a checked client message, or a close with its code),
     :meth:`close` (a reason fitted to the close frame, after the stream's own last word where one is open), sends
@@ -90,6 +139,7 @@ class SocketSession:
         self.socket, self.speech_model = socket, speech_model
         self.started = time.monotonic()
         self.speaker: asyncio.Task | None = None
+        self.queued = UtteranceQueue(serving.speech.limits)  # utterances waiting to be spoken
 
     async def last_words(self, code: int, message: str) -> None:
         """What the client hears before a close with ``code`` (nothing here; each vocabulary says its own)."""
@@ -113,6 +163,13 @@ class SocketSession:
         except TimeoutError:
             await self.close(CLOSE_TIMEOUT, f"no {waiting_for} in {timeout:g} s")
         return await self.checked(raw)
+
+    async def within_bounds(self, check: Any, *args: Any) -> None:
+        """``check(*args)`` (an :class:`UtteranceQueue` bound); the session closes with its refusal past it."""
+        try:
+            check(*args)
+        except ProtocolError as error:
+            await self.close(error.code, str(error))
 
     async def checked(self, raw: dict) -> dict:
         try:

@@ -29,7 +29,9 @@ is said in an ``error`` at once and again at each ``input.done`` (then ``session
 does, and the session stays open for a ``session.config`` it can speak. The limits of :mod:`.socket_session`
 hold: a message over ``--speech-max-body-bytes`` closes with 1009; buffered text is bounded by
 ``--speech-max-input-chars`` (an ``input.text`` past it is refused, the session going on), a streamed utterance's
-text by ``--speech-socket-max-queued-chars`` (close 4413: a request cannot lose text in its middle); no message and
+text by ``--speech-socket-max-queued-chars`` (close 4413: a request cannot lose text in its middle), and the
+utterances waiting to be spoken by ``--speech-socket-max-queued-utterances`` and their text by
+``--speech-socket-max-queued-chars`` (close 4413, the first vocabulary's refusal word for word); no message and
 nothing to speak for ``--speech-socket-idle-s`` (in stream mode: no text) closes with 4408, as does a session past
 ``--speech-socket-max-s``.
 """
@@ -55,7 +57,6 @@ from ..server.serving_state import ServingState
 from .socket_session import (
     CLOSE_BAD_MESSAGE,
     CLOSE_NOT_SERVED,
-    CLOSE_TOO_MUCH_QUEUED,
     SocketClosed,
     SocketSession,
 )
@@ -245,13 +246,13 @@ class SpeechSession(SocketSession):
         elif kind == "input.text":
             await self.take_text(message.get("text", ""))
         elif kind == "input.done":
-            self.end_utterance()
+            await self.end_utterance()
         elif kind == "input.cancel":
             self.cancel_utterance()
         elif kind == "input.flush":
             await self.flush_text()
         elif kind == "session.close":
-            self.end_utterance(only_open=True)
+            await self.end_utterance(only_open=True)
             self.closing = True
             self.utterances.put_nowait(None)
         else:
@@ -273,7 +274,7 @@ class SpeechSession(SocketSession):
             await self.error(f"input.text refused: {error}")
             return
         if self.settings.streams_text:
-            utterance = self.streaming or self.begin_streamed()
+            utterance = self.streaming or await self.begin_streamed()
             ended = utterance.ending or (utterance.report.ending if utterance.report is not None else None)
             if ended is not None:  # spoken already: the talker ended before its text did
                 await self.error(
@@ -282,12 +283,7 @@ class SpeechSession(SocketSession):
                 )
                 return
             utterance.streamed_chars += len(text)
-            if utterance.streamed_chars > limits.socket_max_queued_chars:
-                await self.close(
-                    CLOSE_TOO_MUCH_QUEUED,
-                    f"the utterance's text is {utterance.streamed_chars} characters; one streamed utterance takes at "
-                    f"most {limits.socket_max_queued_chars} (--speech-socket-max-queued-chars): send input.done sooner",
-                )
+            await self.within_bounds(self.queued.check_streamed, utterance.streamed_chars, "send input.done sooner")
             utterance.first_piece = utterance.first_piece or text
             utterance.pieces.put_nowait(text)
             return
@@ -300,15 +296,14 @@ class SpeechSession(SocketSession):
         self.buffer.append(text)
         self.buffered_chars += len(text)
 
-    def begin_streamed(self) -> Utterance:
+    async def begin_streamed(self) -> Utterance:
         utterance = Utterance(self.next_index, self.settings)
         utterance.pieces = asyncio.Queue()
-        self.next_index += 1
+        await self.enqueue(utterance)
         self.streaming = utterance
-        self.enqueue(utterance)
         return utterance
 
-    def end_utterance(self, only_open: bool = False) -> None:
+    async def end_utterance(self, only_open: bool = False) -> None:
         """``input.done``: the buffered text as one utterance, or the streamed one's text ended (``only_open``:
         only that, as ``session.close`` does)."""
         if self.streaming is not None:
@@ -319,8 +314,7 @@ class SpeechSession(SocketSession):
         self.buffer, self.buffered_chars = [], 0
         if only_open and not text:
             return
-        self.enqueue(Utterance(self.next_index, self.settings, text=text))
-        self.next_index += 1
+        await self.enqueue(Utterance(self.next_index, self.settings, text=text))
 
     async def flush_text(self) -> None:
         """``input.flush`` (stream mode, opt-in): the streamed utterance's pending word is committed now instead of
@@ -347,7 +341,11 @@ class SpeechSession(SocketSession):
         if target.speaking is not None:
             target.speaking.cancel()
 
-    def enqueue(self, utterance: Utterance) -> None:
+    async def enqueue(self, utterance: Utterance) -> None:
+        """``utterance`` queued behind the others, within the session's bounds (:class:`.socket_session.UtteranceQueue`:
+        past them the session closes with 4413, as the first vocabulary's does)."""
+        await self.within_bounds(self.queued.admit, len(utterance.text))
+        self.next_index += 1
         self.unfinished += 1
         self.utterances.put_nowait(utterance)
 
@@ -356,6 +354,7 @@ class SpeechSession(SocketSession):
     async def speak_all(self) -> None:
         """The queued utterances in order, each followed by ``session.done``; returns at ``session.close``."""
         while (utterance := await self.utterances.get()) is not None:
+            self.queued.taken(len(utterance.text))
             try:
                 if utterance.empty:
                     pass

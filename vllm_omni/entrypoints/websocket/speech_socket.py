@@ -59,9 +59,9 @@ class SpeechSocket(SocketSession):
     ``end of stream``) and done (text: ``complete``, ``cancelled`` or ``error`` with the whole message).
 
     Limits (:class:`~..openai.speech_limits.SpeechLimits`): a message over ``max_body_bytes`` closes with 1009, a
-    piece over ``max_input_chars`` or text queued past ``socket_max_queued_chars`` (sent, not yet being
-    spoken) with 4413, a session idle for ``socket_idle_s`` (nothing to speak, no message; in stream mode before
-    ``end``: no message and no frame sent) or older than
+    piece over ``max_input_chars``, sentences queued past ``socket_max_queued_utterances`` or text queued past
+    ``socket_max_queued_chars`` (sent, not yet being spoken) with 4413, a session idle for ``socket_idle_s``
+    (nothing to speak, no message; in stream mode before ``end``: no message and no frame sent) or older than
     ``socket_max_s`` with 4408. A malformed message closes with 4400, an unserved class with 4404.
     One task owns the session (reads, checks, closes); the speaker task only sends frames.
     """
@@ -71,7 +71,6 @@ class SpeechSocket(SocketSession):
     def __init__(self, serving: ServingState, socket: Any, speech_model: Any) -> None:
         super().__init__(serving, socket, speech_model)
         self.segments: asyncio.Queue[str | None] = asyncio.Queue()
-        self.queued_chars = 0  # text received and not yet taken by the speaker
         self.speaking = False
         self.ended = False  # the client sent `end`: speak what is queued, then close
         self.encoder = None  # the stream's CodecStreamEncoder, once the start message is out
@@ -138,29 +137,18 @@ class SpeechSocket(SocketSession):
         await self.serve(self.speak(body, template, plan))
 
     async def queue(self, segments: list[str | None]) -> None:
-        limit = self.speech.limits.socket_max_queued_chars
+        """Sentence mode: each sentence queued as an utterance of its own, within the session's bounds
+        (:class:`.socket_session.UtteranceQueue`, as upstream's vocabulary)."""
         for segment in segments:
             if segment is None:
                 continue
-            self.queued_chars += len(segment)
-            if self.queued_chars > limit:
-                await self.close(
-                    CLOSE_TOO_MUCH_QUEUED,
-                    f"{self.queued_chars} characters of text are waiting to be spoken; the limit is {limit}: "
-                    "send more after the segments queued so far end",
-                )
+            await self.within_bounds(self.queued.admit, len(segment))
             self.segments.put_nowait(segment)
 
     async def queue_piece(self, text: str) -> None:
         """Stream mode: a piece of the one utterance; its whole text is bounded by ``socket_max_queued_chars``."""
-        limit = self.speech.limits.socket_max_queued_chars
         self.streamed_chars += len(text)
-        if self.streamed_chars > limit:
-            await self.close(
-                CLOSE_TOO_MUCH_QUEUED,
-                f"the utterance's text is {self.streamed_chars} characters; one streamed utterance takes at most "
-                f"{limit}: end it and start another session",
-            )
+        await self.within_bounds(self.queued.check_streamed, self.streamed_chars, "end it and start another session")
         self.pieces.put_nowait(text)
 
     async def text_pieces(self) -> AsyncIterator[str]:
@@ -304,7 +292,7 @@ class SpeechSocket(SocketSession):
 
         while (text := await self.segments.get()) is not None:
             self.speaking = True
-            self.queued_chars -= len(text)
+            self.queued.taken(len(text))
             request_id = f"speech-{uuid.uuid4().hex}"
             prepared = await self.speech.prepare(dataclasses.replace(template, text=text), request_id)
             frames = self.speech.generator.stream_prepared(prepared, request_id)
