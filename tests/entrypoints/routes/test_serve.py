@@ -39,7 +39,7 @@ SERVE_ARGS = []
 SERVED_NAMES = ["qwen3-tts", "tts-1"]
 # Socket times with room for a test machine under load (a stream session waiting on a busy engine is not idle).
 LIMITS = {"socket-idle-s": 6, "socket-max-s": 20, "socket-max-queued-chars": 2000, "max-instructions-chars": 500}
-LIMITS |= {"max-sockets": 3}
+LIMITS |= {"max-sockets": 3, "socket-max-queued-utterances": 8}
 SERVE_ARGS += ["--served-model-name", *SERVED_NAMES]
 SERVE_ARGS += [arg for name, value in LIMITS.items() for arg in (f"--speech-{name}", str(value))]
 HELLO = {"input": "Hello there, this is a test.", "voice": "Ryan", "language": "English", "greedy": True}
@@ -589,7 +589,7 @@ def test_websocket_limits_close_with_their_reasons(server):
     assert code == 4413 and "at most 4096" in reason
     pieces = [{"type": "text", "text": "word " * 100 + "."}] * 10  # 5010 characters queued at once
     code, reason = socket_messages(server, [{**start, "max_frames": 2}, *pieces])[1:]
-    assert code == 4413 and "the limit is 2000" in reason
+    assert code == 4413 and "a session holds 2000" in reason
     code, reason = socket_messages(server, ['{"type":' + "[" * 100_000 + "]" * 100_000 + "}"])[1:]
     assert code == 4400 and "nested too deeply" in reason
     code, reason = socket_messages(server, [{**start, "voice": "v" * 200}])[1:]
@@ -700,6 +700,42 @@ def assert_freed_within(server, seconds: float) -> None:
     while kv_cache_usage(server) > 0:
         assert time.monotonic() - began < seconds, f"a closed session's request kept its KV cache for {seconds} s"
         time.sleep(0.1)
+
+
+def utterances(text: str, count: int) -> list[dict]:
+    """``count`` utterances of ``text`` in upstream's vocabulary."""
+    return [message for _ in range(count) for message in ({"type": "input.text", "text": text}, {"type": "input.done"})]
+
+
+def queued_refusal(reason: str) -> str:
+    """A 4413 reason without its count (how many were queued when the bound was met depends on the speaker)."""
+    return reason.split(" ", 1)[1]
+
+
+def test_both_vocabularies_bound_queued_utterances_and_their_text_alike(server):
+    """Upstream's vocabulary (each input.done an utterance) and the first one (each sentence): the (N+1)-th queued
+    utterance, and text queued past the character bound, close the session with the same 4413 reason."""
+    config = {"type": "session.config", "voice": "Ryan", "language": "English", "greedy": True, "max_frames": 400}
+    config |= {"response_format": "pcm"}
+    first_vocabulary = {**stream_start(text_mode="sentence", max_frames=400)}
+    upstream = socket_messages(server, [config, *utterances("Hello there.", 20)])
+    first = socket_messages(server, [first_vocabulary, {"type": "text", "text": "Hello there. " * 20}])
+    exact = socket_messages(server, [{**first_vocabulary, "input": "Hello there. " * 9}])  # queued before speaking
+    for _, code, reason in (upstream, first, exact):
+        assert code == 4413, (code, reason)
+    assert queued_refusal(upstream[2]) == queued_refusal(first[2]) == queued_refusal(exact[2])
+    bound = "a session holds 8 (--speech-socket-max-queued-utterances): send more as they are spoken"
+    assert exact[2] == f"9 utterances queued; {bound}"
+    errors = [json.loads(m)["message"] for m in upstream[0] if isinstance(m, str) and '"error"' in m]
+    assert any("a session holds 8 (" in error for error in errors)  # upstream's client hears it as an error too
+    long_text = "word " * 180 + ". "  # 902 characters: 4 of them queued are past 2000 whatever the speaker took
+    chars_upstream = socket_messages(server, [config, *utterances(long_text, 5)])
+    chars_first = socket_messages(server, [first_vocabulary, *[{"type": "text", "text": long_text}] * 5])
+    for _, code, reason in (chars_upstream, chars_first):
+        assert code == 4413 and "a session holds 2000 (--speech-socket-max-queued-chars)" in reason, (code, reason)
+    assert queued_refusal(chars_upstream[2]) == queued_refusal(chars_first[2])
+    assert_freed_within(server, 5.0)
+    assert len(server.codec_frames({**HELLO, "max_frames": 5})) == 5  # and the server serves on
 
 
 def test_websocket_stream_mode_refusals_free_the_request(server):

@@ -191,16 +191,16 @@ def test_a_loopback_url_is_fetched_only_from_a_host_the_operator_named(files_url
         fetch(files_url.replace("127.0.0.1", "localhost") + "/audio", **allowed)
     with pytest.raises(ReferenceFetchError, match="redirects to another host"):
         fetch(files_url + "/elsewhere", allowed_domains=("127.0.0.1", "localhost"))
-    with pytest.raises(ReferenceFetchError, match="at most 50000"):
+    with pytest.raises(ReferenceFetchError, match="larger than the 50000 bytes"):
         fetch(files_url + "/big", **allowed)
-    with pytest.raises(ReferenceFetchError, match="HTTP 404"):
+    with pytest.raises(ReferenceFetchError, match="could not be fetched"):  # the upstream's status is not quoted
         fetch(files_url + "/nothing", **allowed)
     with pytest.raises(ReferenceFetchError, match="redirects, and VLLM_MEDIA_URL_ALLOW_REDIRECTS is off"):
         fetch(files_url + "/same", follow_redirects=False, **allowed)
 
 
 def test_a_name_that_resolves_to_a_private_address_is_refused_by_the_resolver_the_connection_uses(files_url):
-    with pytest.raises(ReferenceFetchError, match="localhost is a private"):
+    with pytest.raises(ReferenceFetchError, match="localhost is not a public address"):
         fetch(files_url.replace("127.0.0.1", "localhost") + "/audio")
     with pytest.raises(ReferenceFetchError, match="private"):
         fetch("http://[::ffff:127.0.0.1]:9/audio")
@@ -218,5 +218,5 @@ def test_file_urls_need_the_allowed_local_media_path(tmp_path: Path):
     for path in (outside, root / "link.wav", root / ".." / "secret.wav"):
         with pytest.raises(ReferenceFetchError, match="must lie under"):
             fetch(path.as_uri(), local_root=root.resolve())
-    with pytest.raises(ReferenceFetchError, match="at most 10"):
+    with pytest.raises(ReferenceFetchError, match="larger than the 10 bytes"):
         fetch((root / "ref.wav").as_uri(), local_root=root.resolve(), max_bytes=10)

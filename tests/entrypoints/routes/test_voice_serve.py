@@ -38,6 +38,7 @@ from ..serving import KEY, as_recording, client_speaks_the_full_decode, running_
 
 pytestmark = pytest.mark.vllm  # collected only where vllm imports (tests/conftest.py)
 
+MARKER = b"PLANTED-MARKER-7f3a9c"  # a fetched or local file that is not audio: no answer may quote it
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "voices"
 REFERENCE_TEXT = "The quick"
 SAY = {"input": "Hello from a cloned voice.", "language": "English", "greedy": True, "max_frames": 20}
@@ -72,11 +73,18 @@ def base_checkpoint(talker_checkpoint: Path, tmp_path_factory: pytest.TempPathFa
 
 class _Media(http.server.BaseHTTPRequestHandler):
     """Reference audio on loopback, as a client's media host: ``/clip.wav`` (the server's ``clip``), ``/moved``
-    (a redirect within the host), ``/elsewhere`` (a redirect to ``localhost``, another host)."""
+    (a redirect within the host), ``/elsewhere`` (a redirect to ``127.0.0.1``, another host), ``/marker`` (text
+    that is not audio: :data:`MARKER`)."""
 
     def do_GET(self):
         port = self.server.server_address[1]
-        where = {"/moved": "/clip.wav", "/elsewhere": f"http://localhost:{port}/clip.wav"}.get(self.path)
+        where = {"/moved": "/clip.wav", "/elsewhere": f"http://127.0.0.1:{port}/clip.wav"}.get(self.path)
+        if self.path == "/marker":
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(MARKER)))
+            self.end_headers()
+            self.wfile.write(MARKER)
+            return
         if self.path == "/clip.wav":
             self.send_response(200)
             self.send_header("Content-Type", "audio/wav")
@@ -103,7 +111,8 @@ def media(clip: bytes, tmp_path_factory: pytest.TempPathFactory):
     threading.Thread(target=host.serve_forever, daemon=True).start()
     directory = tmp_path_factory.mktemp("media")
     (directory / "clip.wav").write_bytes(clip)
-    yield SimpleNamespace(url=f"http://127.0.0.1:{host.server_address[1]}", directory=directory)
+    (directory / "marker.wav").write_bytes(MARKER)
+    yield SimpleNamespace(url=f"http://localhost:{host.server_address[1]}", directory=directory)
     host.shutdown()
 
 
@@ -115,7 +124,7 @@ def server(
     shared_plans.copy_to(talker_checkpoint, "cpu_x86_64", work / "artifacts" / "cpu_x86_64")
     extra = ["--speech-max-voices", "3", "--api-server-count", "2"]
     # ref_audio URLs: the loopback media host only (named, so its private address is allowed), files under media/
-    extra += ["--allowed-media-domains", "127.0.0.1", "--allowed-local-media-path", str(media.directory)]
+    extra += ["--allowed-media-domains", "localhost", "--allowed-local-media-path", str(media.directory)]
     with running_server(base_checkpoint, work, "cpu_x86_64", extra) as server:
         yield server
 
@@ -464,10 +473,10 @@ def test_upstreams_openai_client_clones_from_every_kind_of_ref_audio(server, cli
     inferred = {**say, "task_type": None, "voice": "default", "ref_audio": data_url, "ref_text": REFERENCE_TEXT}
     assert upstream_post(server, "/v1/audio/speech", inferred)[0] == 200
     refusals = (
-        (media.url.replace("127.0.0.1", "localhost") + "/clip.wav", "not among the allowed media domains"),
+        (media.url.replace("localhost", "127.0.0.1") + "/clip.wav", "not among the allowed media domains"),
         (media.url + "/elsewhere", "redirects to another host"),
-        (media.url + "/nothing.wav", "HTTP 404"),
-        ((media.directory.parent / "elsewhere.wav").as_uri(), "must lie under --allowed-local-media-path"),
+        (media.url + "/nothing.wav", "could not be fetched"),
+        ((media.directory.parent / "elsewhere.wav").as_uri(), "must lie under the server's --allowed-local-media"),
         ("ftp://127.0.0.1/clip.wav", "ftp:// is not fetched"),
     )
     for url, words in refusals:
@@ -540,3 +549,87 @@ def test_upstream_websocket_clones_a_voice_per_session(server, clip):
     assert len(heard) == 2
     body = {k: v for k, v in config.items() if k not in ("type", "speaker")}
     assert heard[0] == upstream_post(server, "/v1/audio/speech", {**body, "input": "One."})[1]
+
+
+# Spellings of this machine's addresses that are not the named media host (localhost).
+LOCAL_SPELLINGS = ["１２７.０.０.１", "127。0。0。1", "127.0.0.1", "127.0.0.1.", "127.0.0.2", "0.0.0.0", "2130706433"]
+LOCAL_SPELLINGS += ["[::1]", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[64:ff9b::7f00:1]"]
+
+
+def upstream_socket_config(server, config: dict) -> list:
+    """Upstream's WebSocket: ``config``, then ``input.text`` and ``input.done``; the messages received until
+    ``session.done`` or the close."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    received = []
+    with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}, open_timeout=60) as socket:
+        for message in (config, {"type": "input.text", "text": "Hi."}, {"type": "input.done"}):
+            socket.send(json.dumps(message))
+        try:
+            while True:
+                received.append(json.loads(socket.recv(timeout=60)))
+                if received[-1]["type"] == "session.done":
+                    break
+        except ConnectionClosed:
+            pass
+    return received
+
+
+def test_ref_audio_at_any_spelling_of_this_machine_reaches_no_listener_on_any_route(server, clip):
+    """The speech route, the batch, a voice upload and the WebSocket's config: every spelling refused, and the
+    listener on every local address counts no connection."""
+    from ..listeners import CountingListener
+
+    listener = CountingListener()
+    try:
+        for host in LOCAL_SPELLINGS:
+            url = f"http://{host}:{listener.port}/ref.wav"
+            reference = {"ref_audio": url, "ref_text": REFERENCE_TEXT, "task_type": "Base"}
+            status, data = upstream_post(server, "/v1/audio/speech", {**SAY, **reference})
+            assert status == 400 and "not a public address" in json.loads(data)["error"]["message"], (host, data)
+            batch = {"items": [{"input": "One."}], "response_format": "wav", **reference, "max_new_tokens": 4}
+            status, data = upstream_post(server, "/v1/audio/speech/batch", batch)
+            assert status == 200 and "not a public address" in json.loads(data)["results"][0]["error"], (host, data)
+            upload_body = {"name": "mallory", "consent": "synthetic", "audio_sample": url, "ref_text": "x"}
+            status, data = upstream_post(server, "/v1/audio/voices", upload_body)
+            assert status == 400 and "not a public address" in json.loads(data)["error"]["message"], (host, data)
+            config = {"type": "session.config", "response_format": "pcm", "max_new_tokens": 4, **reference}
+            errors = [m["message"] for m in upstream_socket_config(server, config) if m["type"] == "error"]
+            assert errors and all("not a public address" in e for e in errors), (host, errors)
+    finally:
+        listener.close()
+    assert listener.accepted == 0
+    with server.request("/health") as response:
+        assert response.status == 200
+
+
+def test_no_refusal_quotes_a_fetched_or_local_file_or_a_server_path(server, media, base_checkpoint):
+    reference = {"ref_text": REFERENCE_TEXT, "task_type": "Base"}
+    sources = [media.url + "/marker", (media.directory / "marker.wav").as_uri()]
+    sources += [(media.directory / "missing.wav").as_uri(), (media.directory.parent / "outside.wav").as_uri()]
+    answers = []
+    for url in sources:
+        answers.append(upstream_post(server, "/v1/audio/speech", {**SAY, **reference, "ref_audio": url}))
+        upload_body = {"name": "mallory", "consent": "synthetic", "audio_sample": url, "ref_text": "x"}
+        answers.append(upstream_post(server, "/v1/audio/voices", upload_body))
+        answers.append(upstream_post(server, "/v1/audio/speech/batch", {"items": [{"input": "One."}], **reference,
+                                                                         "ref_audio": url}))  # fmt: skip
+    for status, data in answers:
+        assert status in (200, 400), data[:300]
+        assert MARKER not in data and b"PLANTED" not in data, data[:300]
+        for path in (media.directory, base_checkpoint):
+            assert str(path).encode() not in data and str(path.resolve()).encode() not in data, data[:300]
+    assert b"not an accepted audio file" in answers[0][1] and b"not an accepted audio file" in answers[3][1]
+
+
+def test_metrics_need_the_key_and_name_the_served_model_not_its_path(server, base_checkpoint):
+    status, message = server.error("/metrics", key=None)
+    assert status == 401 and "--speech-open-metrics" in message
+    assert server.error("/metrics", key="wrong")[0] == 401
+    with server.request("/metrics") as response:
+        body = response.read().decode()
+    assert "vllm:num_requests_running" in body
+    assert str(base_checkpoint) not in body and str(base_checkpoint.resolve()) not in body
+    assert f'model_name="{base_checkpoint.name}"' in body

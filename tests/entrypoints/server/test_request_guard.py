@@ -7,8 +7,10 @@ import asyncio
 import json
 from types import SimpleNamespace
 
+from vllm_omni.entrypoints.openai.speech_limits import SpeechLimits
 from vllm_omni.entrypoints.server import request_guard
-from vllm_omni.entrypoints.server.request_guard import RequestGuard
+from vllm_omni.entrypoints.server.in_flight import BatchItems, InFlight, InFlightBounds
+from vllm_omni.entrypoints.server.request_guard import RequestGuard, api_keys
 from vllm_omni.entrypoints.server.site_policy import SitePolicy
 
 
@@ -45,8 +47,10 @@ async def receive() -> dict:
     return {}
 
 
-def guard(app, max_responses: int = 4) -> RequestGuard:
-    return RequestGuard(app, SitePolicy(), ws_max_size=2048, max_responses=max_responses)
+def guard(app, max_responses: int = 4, max_voice_uploads: int = 4, metrics_keys: tuple = ()) -> RequestGuard:
+    limits = SpeechLimits(max_responses=max_responses, max_voice_uploads=max_voice_uploads)
+    in_flight = InFlightBounds.for_limits(limits)
+    return RequestGuard(app, SitePolicy(), ws_max_size=2048, in_flight=in_flight, metrics_keys=metrics_keys)
 
 
 async def ok_app(scope, receive, send) -> None:
@@ -92,7 +96,7 @@ def test_speech_responses_in_flight_are_bounded_and_a_client_that_never_reads_is
         assert busy.status == 503 and (b"retry-after", b"1") in busy.messages[0]["headers"]
         assert "--speech-max-responses" in busy.body()["error"]["message"]
         await asyncio.wait_for(first, 5)  # the stalled send ends the response within the deadline
-        assert guarded.responses == 0
+        assert guarded.in_flight.responses.count == 0
         again = Recorder()
         await guarded(scope("/v1/audio/speech"), receive, again)
         assert again.status == 200
@@ -109,3 +113,75 @@ def test_uvicorns_websocket_settings_are_set_at_start_up():
 
     asyncio.run(guard(lifespan_app)({"type": "lifespan", "app": app}, receive, Recorder()))
     assert (config.ws_max_size, config.ws_per_message_deflate) == (2048, False)
+
+
+def test_voice_uploads_in_flight_are_bounded_apart_from_speech():
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def slow_app(scope, receive, send) -> None:
+            await release.wait()
+            await ok_app(scope, receive, send)
+
+        guarded = guard(slow_app, max_responses=1, max_voice_uploads=1)
+        upload = scope("/v1/audio/voices", headers={"content-type": "multipart/form-data; boundary=x"})
+        first = asyncio.create_task(guarded(upload, receive, Recorder()))
+        await asyncio.sleep(0.05)
+        busy = Recorder()
+        await guarded(upload, receive, busy)
+        assert busy.status == 503 and (b"retry-after", b"1") in busy.messages[0]["headers"]
+        assert "--speech-max-voice-uploads" in busy.body()["error"]["message"]
+        speech = asyncio.create_task(guarded(scope("/v1/audio/speech"), receive, Recorder()))  # its own bound
+        listing = Recorder()
+        reading = asyncio.create_task(guarded(scope("/v1/audio/voices", "GET"), receive, listing))  # not an upload
+        await asyncio.sleep(0.05)
+        assert guarded.in_flight.responses.count == 1 and guarded.in_flight.uploads.count == 1
+        release.set()
+        await asyncio.wait_for(asyncio.gather(first, speech, reading), 5)
+        assert listing.status == 200
+        assert (guarded.in_flight.responses.count, guarded.in_flight.uploads.count) == (0, 0)
+
+    asyncio.run(scenario())
+
+
+def test_metrics_need_the_key_of_a_keyed_server():
+    async def metrics_app(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"vllm:num_requests_running 0"})
+
+    keyed = guard(metrics_app, metrics_keys=("k1", "k2"))
+    for path in ("/metrics", "/metrics/", "/metricsx"):
+        for given in (None, "Bearer wrong", "k1", "Basic k1", "Bearer k1 "):
+            sent = run(keyed, scope(path, "GET", {"authorization": given}))
+            assert sent.status == 401 and "--speech-open-metrics" in sent.body()["error"]["message"], (path, given)
+        for given in ("Bearer k1", "bearer k2"):
+            assert run(keyed, scope(path, "GET", {"authorization": given})).status == 200
+    assert run(guard(metrics_app), scope("/metrics", "GET")).status == 200  # keyless, or opened for a scraper
+    assert api_keys(SimpleNamespace(api_key=["a", "b"])) == ("a", "b")
+    assert api_keys(SimpleNamespace(api_key=None)) == ()
+
+
+def test_a_batch_runs_at_once_only_the_items_the_bound_leaves_room_for():
+    async def scenario(limit: int, others: int, items: int) -> int:
+        responses = InFlight("speech responses", limit, "--speech-max-responses")
+        responses.count = 1 + others  # the batch's own request and other requests in flight
+        batch = BatchItems(responses)
+        running = peak = 0
+
+        async def item() -> None:
+            nonlocal running, peak
+            async with batch.slot():
+                running += 1
+                peak = max(peak, running)
+                assert others + running <= limit  # engine requests at once: the others and this batch's items
+                await asyncio.sleep(0.01)
+                running -= 1
+
+        await asyncio.gather(*(item() for _ in range(items)))
+        assert responses.count == 1 + others
+        return peak
+
+    assert asyncio.run(scenario(limit=1, others=0, items=4)) == 1
+    assert asyncio.run(scenario(limit=3, others=0, items=8)) == 3
+    assert asyncio.run(scenario(limit=3, others=2, items=8)) == 1  # the bound is full: one item at a time
+    assert asyncio.run(scenario(limit=64, others=0, items=5)) == 5

@@ -31,6 +31,8 @@ IDLE_S = 3
 MAX_INPUT_CHARS = 40  # below the default (4096), as an operator may start it: clients must learn it from the server
 EXTRA_ARGS = ["--speech-allowed-hosts", "tts.test", "--speech-socket-idle-s", str(IDLE_S)]
 EXTRA_ARGS += ["--speech-max-input-chars", str(MAX_INPUT_CHARS)]
+MAX_RESPONSES = 2  # speech responses in flight: a batch of more items runs at most this many engine requests
+EXTRA_ARGS += ["--speech-max-responses", str(MAX_RESPONSES)]
 START = {"type": "start", "edge_hardware": "cpu_x86_64", "text_mode": "stream", "voice": "Ryan", "greedy": True}
 SAY = {"input": "Hello.", "voice": "Ryan", "language": "English", "greedy": True, "max_frames": 4}
 
@@ -245,3 +247,30 @@ def test_a_server_started_with_a_lower_text_limit_announces_it_and_keeps_the_edg
     assert run.returncode == 0 and "closed the speech session" not in log, log[-3000:]
     with wave.open(str(out)) as handle:
         assert handle.getnframes() > 0, log[-3000:]
+
+
+def test_a_batch_runs_no_more_engine_requests_at_once_than_the_in_flight_bound(server):
+    """A batch of 6 items under --speech-max-responses 2: vLLM's own gauges (requests running and waiting) never
+    count more than 2 while it runs, and every item is spoken."""
+    seen: list[float] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.append(metric(server, "vllm:num_requests_running") + metric(server, "vllm:num_requests_waiting"))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    items = [{"input": f"Item number {index}, spoken.", "max_frames": 40} for index in range(6)]
+    body = {"items": items, "voice": "Ryan", "language": "English", "greedy": True, "response_format": "pcm"}
+    try:
+        status, _, answer = call(
+            server, "/v1/audio/speech/batch", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+    finally:
+        done.set()
+        watcher.join()
+    assert status == 200 and json.loads(answer)["succeeded"] == 6, answer[:300]
+    assert seen and max(seen) <= MAX_RESPONSES, f"engine requests at once: {max(seen)} > {MAX_RESPONSES}"
+    assert max(seen) >= 1  # the gauges saw the batch's requests

@@ -100,16 +100,14 @@ class UtteranceQueue:
         if count > limits.socket_max_queued_utterances:
             raise ProtocolError(
                 CLOSE_TOO_MUCH_QUEUED,
-                f"{count} utterances would wait to be spoken; a session queues at most "
-                f"{limits.socket_max_queued_utterances} (--speech-socket-max-queued-utterances): send more once "
-                "the queued ones are spoken",
+                f"{count} utterances queued; a session holds {limits.socket_max_queued_utterances} "
+                "(--speech-socket-max-queued-utterances): send more as they are spoken",
             )
         if total > limits.socket_max_queued_chars:
             raise ProtocolError(
                 CLOSE_TOO_MUCH_QUEUED,
-                f"{total} characters of text would wait to be spoken; a session queues at most "
-                f"{limits.socket_max_queued_chars} (--speech-socket-max-queued-chars): send more once the queued "
-                "text is spoken",
+                f"{total} characters queued; a session holds {limits.socket_max_queued_chars} "
+                "(--speech-socket-max-queued-chars): send more as they are spoken",
             )
         self.count, self.chars = count, total
 
