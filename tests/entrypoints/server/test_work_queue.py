@@ -47,6 +47,39 @@ def test_a_full_queue_refuses_at_once_and_a_job_whose_caller_left_never_runs():
     assert asyncio.run(scenario()) == ["first", "kept"]
 
 
+def test_the_count_is_running_and_waiting_jobs_when_their_callers_are_cancelled():
+    async def scenario() -> None:
+        queue = WorkQueue("prompt building", threads=1, limit=2)
+        release = threading.Event()
+        started = threading.Event()
+
+        def job() -> None:
+            started.set()
+            release.wait(30)
+
+        running = asyncio.create_task(queue.run(job))
+        await asyncio.to_thread(started.wait, 30)
+        waiting = asyncio.create_task(queue.run(job))
+        await asyncio.sleep(0.05)
+        running.cancel()  # its client left while the job ran: the thread is still busy with it
+        await asyncio.gather(running, return_exceptions=True)
+        assert queue.jobs == 2  # one running, one waiting
+        with pytest.raises(RequestRefused, match="2 prompt building jobs are waiting or running"):
+            await queue.run(job)
+        waiting.cancel()  # not started: dropped, and no longer counted
+        await asyncio.gather(waiting, return_exceptions=True)
+        await asyncio.sleep(0.05)
+        assert queue.jobs == 1
+        release.set()
+        for _ in range(100):
+            if queue.jobs == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert queue.jobs == 0
+
+    asyncio.run(scenario())
+
+
 def test_websocket_sessions_leave_room_for_http_and_split_between_api_processes():
     assert socket_share(SpeechLimits(), max_num_seqs=16, processes=1) == 8
     assert socket_share(SpeechLimits(), max_num_seqs=16, processes=2) == 4

@@ -14,7 +14,8 @@ preflight ``OPTIONS`` requests itself, and a request without the key is refused 
 * The HTTP speech responses and voice uploads of this process in flight bounded (``--speech-max-responses``,
   ``--speech-max-voice-uploads``: 503 with ``Retry-After`` past them, :mod:`.in_flight`), and each send of a
   speech response's body within :data:`SEND_DEADLINE_S`: a client that stops reading loses its response (its
-  engine request is aborted) instead of holding a decoder and its audio.
+  engine request is aborted) instead of holding a decoder and its audio; a streamed audio body that fails after
+  its headers (:class:`~.speech_streams.StreamCut`) ends without its last chunk, so its client reads an error.
 * ``GET /metrics`` (vLLM's Prometheus exporter, outside the paths vLLM's ``--api-key`` guards) with the key when
   the server has one, unless ``--speech-open-metrics`` opens it for a scraper (401 otherwise).
 * WebSocket messages bounded where their bytes arrive: at start-up (the lifespan event, before the server
@@ -37,6 +38,7 @@ from vllm_omni.errors import RequestRefused
 from ..openai.speech_http import error_body, retry_after
 from .in_flight import InFlightBounds
 from .site_policy import SitePolicy
+from .speech_streams import StreamCut
 
 logger = logging.getLogger("vllm.omni.speech")
 
@@ -58,12 +60,12 @@ class ClientNotReading(Exception):
     """A response could not be sent for :data:`SEND_DEADLINE_S`: its client stopped reading."""
 
 
-def not_reading(error: BaseException) -> ClientNotReading | None:
-    """The :class:`ClientNotReading` that ``error`` is or wraps (in exception groups), or None."""
-    if isinstance(error, ClientNotReading):
+def found_in(error: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseException | None:
+    """The exception of ``kinds`` that ``error`` is or wraps (in exception groups), or None."""
+    if isinstance(error, kinds):
         return error
     for inner in getattr(error, "exceptions", ()):
-        if (found := not_reading(inner)) is not None:
+        if (found := found_in(inner, kinds)) is not None:
             return found
     return None
 
@@ -158,10 +160,13 @@ class RequestGuard:
 
         try:
             await self.app(scope, receive, send_in_time)
-        except Exception as error:  # a streamed body raises it through its task group, wrapped
-            if (abandoned := not_reading(error)) is None:
+        except Exception as error:  # a streamed body raises these through its task group, wrapped
+            ended = found_in(error, (ClientNotReading, StreamCut))
+            if ended is None:
                 raise
-            logger.info("speech response abandoned: %s", abandoned)
+            # The response ends here without its last chunk: the server closes the connection, and a client reads
+            # a truncated body (a cut stream), or nothing more (a client that stopped reading).
+            logger.info("speech response %s: %s", "cut" if isinstance(ended, StreamCut) else "abandoned", ended)
 
     def refusal(self, scope: dict[str, Any], path: str) -> RequestRefused | None:
         """The refusal of a request this server does not take (``path``: its route path), or None."""

@@ -155,14 +155,20 @@ def whole_file(data: bytes, fmt: str, sample_rate: int) -> bytes:
     return data
 
 
+class StreamCut(Exception):
+    """A streamed audio body that failed after its headers left. The response must then end without its last
+    chunk (the request guard closes the connection: :mod:`.request_guard`), so that every HTTP client reads a
+    truncated body, an error, never a short success; the message is :func:`public_error`'s."""
+
+
 async def streamed(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """``body`` as a streamed HTTP response: a failure after the headers left ends the body early and is
-    logged as one line (a truncated stream is all a client can be told then; no traceback)."""
+    """``body`` as a streamed HTTP response of raw audio (PCM, WAV, MP3, Opus, AAC, FLAC: formats with no error
+    message of their own): a failure after the headers left raises :class:`StreamCut`, logged as one line."""
     try:
         async for chunk in body:
             yield chunk
     except Exception as error:
-        public_error(error)  # logs it
+        raise StreamCut(public_error(error)) from None  # public_error logs it
     finally:
         await body.aclose()
 

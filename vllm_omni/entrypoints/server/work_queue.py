@@ -20,7 +20,8 @@ RETRY_AFTER_S = 1
 
 class WorkQueue:
     """``threads`` threads for one kind of work (``what``: named in refusals), at most ``limit`` jobs queued or
-    running; cancelling an awaiting caller cancels its job unless it already runs."""
+    running; cancelling an awaiting caller cancels its job unless it already runs. ``jobs`` counts work, not
+    callers: a job whose caller was cancelled while it ran counts until it has finished."""
 
     def __init__(self, what: str, threads: int, limit: int) -> None:
         self.what, self.limit = what, limit
@@ -36,9 +37,13 @@ class WorkQueue:
                 status=503,
                 retry_after_s=RETRY_AFTER_S,
             )
+        loop = asyncio.get_running_loop()
+        job = self.pool.submit(work, *args)
         self.jobs += 1
-        try:
-            # A cancelled asyncio future cancels the pool's future: a job that has not started is never run.
-            return await asyncio.get_running_loop().run_in_executor(self.pool, work, *args)
-        finally:
-            self.jobs -= 1
+        # The count drops when the job is over (done, failed, or cancelled before it started), on the loop's thread.
+        job.add_done_callback(lambda _: loop.call_soon_threadsafe(self._finished))
+        # Cancelling the caller cancels the pool's future: a job that has not started is never run.
+        return await asyncio.wrap_future(job)
+
+    def _finished(self) -> None:
+        self.jobs -= 1
