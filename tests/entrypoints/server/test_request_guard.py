@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from types import SimpleNamespace
 
 from vllm_omni.entrypoints.openai.speech_limits import SpeechLimits
+from vllm_omni.entrypoints.server import lifecycle as lifecycle_module
 from vllm_omni.entrypoints.server import request_guard
 from vllm_omni.entrypoints.server.in_flight import BatchItems, InFlight, InFlightBounds
+from vllm_omni.entrypoints.server.lifecycle import Lifecycle, record_signals
 from vllm_omni.entrypoints.server.request_guard import RequestGuard, api_keys
 from vllm_omni.entrypoints.server.site_policy import SitePolicy
 
@@ -185,3 +189,51 @@ def test_a_batch_runs_at_once_only_the_items_the_bound_leaves_room_for():
     assert asyncio.run(scenario(limit=3, others=0, items=8)) == 3
     assert asyncio.run(scenario(limit=3, others=2, items=8)) == 1  # the bound is full: one item at a time
     assert asyncio.run(scenario(limit=64, others=0, items=5)) == 5
+
+
+def test_while_draining_readiness_fails_and_new_work_is_refused_but_reads_go_on():
+    lifecycle = Lifecycle()
+    guarded = guard(ok_app)
+    guarded.lifecycle = lifecycle
+    assert run(guarded, scope("/health", "GET")).status == 200
+    lifecycle.drain(signal.SIGTERM)
+    health = run(guarded, scope("/health", "GET"))
+    assert health.status == 503 and "shutting down" in health.body()["error"]["message"]
+    for path in ("/v1/audio/speech", "/v1/audio/speech/batch"):
+        refused = run(guarded, scope(path))
+        assert refused.status == 503 and (b"retry-after", b"1") in refused.messages[0]["headers"]
+        assert "send the request to another server" in refused.body()["error"]["message"]
+    assert run(guarded, scope("/v1/audio/voices", "GET")).status == 200  # reads are not new work
+
+
+def test_a_shutdown_signal_is_recorded_beside_the_loops_own_handler(monkeypatch):
+    """The loop's handler (vLLM's: it starts the engine's drain) still runs once the lifecycle's is installed."""
+    monkeypatch.setattr(lifecycle_module, "SHUTDOWN_SIGNALS", (signal.SIGUSR1,))
+
+    async def scenario() -> bool:
+        lifecycle = Lifecycle()
+        loop_saw = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGUSR1, loop_saw.set)  # as vLLM's launcher adds SIGTERM's
+        try:
+            record_signals(lifecycle)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            await asyncio.wait_for(loop_saw.wait(), 5)
+            return lifecycle.draining
+        finally:
+            loop.remove_signal_handler(signal.SIGUSR1)
+
+    assert asyncio.run(scenario()) is True
+
+
+def test_an_engine_that_errors_unasked_is_a_failure_and_one_stopped_by_a_drain_is_not():
+    dead = SimpleNamespace(errored=True)
+    failed = Lifecycle()
+    failed.check_engine(SimpleNamespace(errored=False))
+    assert failed.engine_failure is None
+    failed.check_engine(dead)
+    assert "engine core died" in failed.engine_failure
+    drained = Lifecycle()
+    drained.drain(signal.SIGTERM)
+    drained.check_engine(dead)
+    assert drained.engine_failure is None

@@ -7,6 +7,8 @@ servers keep working), plus:
   model runner), set unless the user set them; the model refuses contradicting ones at start-up;
 * a local checkpoint served under its directory's name unless ``--served-model-name`` is given (no server path in
   metrics labels), its path still accepted;
+* a planned shutdown drains: vLLM's ``--shutdown-timeout`` is :data:`DEFAULT_SHUTDOWN_TIMEOUT_S` unless given, and
+  an engine that died unasked ends the command with exit code 1 (:mod:`..server.lifecycle`);
 * ``--edge-hardware``: classes to publish plans for, checked against the registry;
 * ``--edge-artifacts``: one plan directory per class, validated or built from the served model's
   ``speech_tokenizer/`` before the engine starts (progress lines on stderr; resumable);
@@ -29,6 +31,7 @@ from vllm.entrypoints.cli.serve import ServeSubcommand
 
 from vllm_omni.edge.progress import progress_printer
 from vllm_omni.entrypoints.openai.speech_limits import SpeechLimits, add_limit_arguments
+from vllm_omni.entrypoints.server.lifecycle import LIFECYCLE
 from vllm_omni.entrypoints.server.request_guard import site_policy
 from vllm_omni.entrypoints.websocket.socket_auth import MIDDLEWARE as SOCKET_AUTH_MIDDLEWARE
 from vllm_omni.model_executor.models.qwen3_tts.engine_settings import SETTING_NAMES, talker_engine_args
@@ -76,6 +79,18 @@ def apply_talker_engine_settings(args: argparse.Namespace, argv: list[str] | Non
         del given["enforce_eager"]
     for name, value in talker_engine_args(given).items():
         setattr(args, name, value)
+
+
+DEFAULT_SHUTDOWN_TIMEOUT_S = 25  # a typical utterance, inside Kubernetes' default 30 s grace period
+
+
+def drain_by_default(args: argparse.Namespace, argv: list[str] | None = None) -> None:
+    """vLLM's ``--shutdown-timeout`` (its default 0 aborts every request at SIGTERM) set to
+    :data:`DEFAULT_SHUTDOWN_TIMEOUT_S` unless the command line (``argv``, by default this process's) gave one: a
+    planned shutdown lets the utterances in flight finish."""
+    given = sys.argv if argv is None else argv
+    if not any(arg == "--shutdown-timeout" or arg.startswith("--shutdown-timeout=") for arg in given):
+        args.shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT_S
 
 
 def name_a_local_model(args: argparse.Namespace, model: str) -> None:
@@ -147,6 +162,7 @@ class OmniServeSubcommand(ServeSubcommand):
         model = getattr(args, "model_tag", None) or args.model
         apply_talker_engine_settings(args)
         name_a_local_model(args, model)
+        drain_by_default(args)
         allow_plugins(GENERAL_PLUGIN, ENDPOINT_PLUGIN)
         args.middleware = [*(args.middleware or []), SOCKET_AUTH_MIDDLEWARE]
         try:
@@ -159,4 +175,11 @@ class OmniServeSubcommand(ServeSubcommand):
             + (", ".join(f"{name} ({plan.plan_id[:12]})" for name, plan in plans.published.items()) or "no plans")
             + f"; server-side PCM through {plans.server_decoder.hardware_class}"
         )
-        ServeSubcommand.cmd(args)
+        try:
+            ServeSubcommand.cmd(args)
+        except RuntimeError as error:  # vLLM's launcher of several API servers: a process died
+            print(f"error: {error}", file=sys.stderr)
+            raise SystemExit(1) from None
+        if LIFECYCLE.engine_failure is not None:  # one API server in this process: its engine died unasked
+            print(f"error: {LIFECYCLE.engine_failure}", file=sys.stderr)
+            raise SystemExit(1)

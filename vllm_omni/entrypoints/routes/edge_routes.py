@@ -37,6 +37,7 @@ hand-off's job (:mod:`..cli.serve`), so no exporter, graph or builder module is 
 
 # No ``from __future__ import annotations``: FastAPI reads the routes' parameter types (Request,
 # WebSocket), imported inside build_router, from the live annotations.
+import asyncio
 import uuid
 
 from vllm_omni.edge.stream import SOCKET_PATH
@@ -62,6 +63,7 @@ from ..openai.speech_http import (
     until_disconnected,
 )
 from ..server.in_flight import InFlight
+from ..server.lifecycle import LIFECYCLE, watch
 from ..server.request_guard import RequestGuard, guard_settings
 from ..server.server_logs import quiet_known_noise
 from ..server.serving_state import ServingState, load_serving_state
@@ -76,7 +78,7 @@ from ..server.speech_streams import (
     whole_file,
 )
 from ..websocket.socket_auth import CODEC_SUBPROTOCOL
-from ..websocket.socket_session import CLOSE_NOT_READY, CLOSE_TRY_AGAIN_LATER
+from ..websocket.socket_session import CLOSE_GOING_AWAY, CLOSE_NOT_READY, CLOSE_TRY_AGAIN_LATER
 from ..websocket.speech_session import open_session
 from .speech_batch import speech_batch_route
 from .voice_uploads import read_voice_upload, save_voice
@@ -216,6 +218,9 @@ def build_router():
         if gate is None:
             await socket.close(code=CLOSE_NOT_READY, reason="the speech routes are not initialised (start with --omni)")
             return
+        if LIFECYCLE.draining:
+            await socket.close(code=CLOSE_GOING_AWAY, reason="the server is shutting down: open the session elsewhere")
+            return
         if gate.open >= gate.max_open:
             await socket.close(
                 code=CLOSE_TRY_AGAIN_LATER,
@@ -289,4 +294,6 @@ class EdgeEndpointPlugin:
     async def init_state(self, engine_client, state, args) -> None:
         if engine_client is None:
             return
-        setattr(state, STATE_ATTRIBUTE, await load_serving_state(engine_client, args))
+        serving = await load_serving_state(engine_client, args)
+        serving.watch = asyncio.create_task(watch(engine_client))  # signals and the engine's health, for life
+        setattr(state, STATE_ATTRIBUTE, serving)

@@ -16,6 +16,8 @@ preflight ``OPTIONS`` requests itself, and a request without the key is refused 
   speech response's body within :data:`SEND_DEADLINE_S`: a client that stops reading loses its response (its
   engine request is aborted) instead of holding a decoder and its audio; a streamed audio body that fails after
   its headers (:class:`~.speech_streams.StreamCut`) ends without its last chunk, so its client reads an error.
+* While the server drains (SIGTERM or SIGINT: :mod:`.lifecycle`), ``GET /health`` answers 503 (readiness fails at
+  once) and new speech requests and voice uploads are refused (503 with ``Retry-After``); what is in flight goes on.
 * ``GET /metrics`` (vLLM's Prometheus exporter, outside the paths vLLM's ``--api-key`` guards) with the key when
   the server has one, unless ``--speech-open-metrics`` opens it for a scraper (401 otherwise).
 * WebSocket messages bounded where their bytes arrive: at start-up (the lifespan event, before the server
@@ -37,8 +39,10 @@ from vllm_omni.errors import RequestRefused
 
 from ..openai.speech_http import error_body, retry_after
 from .in_flight import InFlightBounds
+from .lifecycle import LIFECYCLE, Lifecycle
 from .site_policy import SitePolicy
 from .speech_streams import StreamCut
+from .work_queue import RETRY_AFTER_S
 
 logger = logging.getLogger("vllm.omni.speech")
 
@@ -53,6 +57,7 @@ BODY_TYPES = {
 }
 WS_OVERHEAD_BYTES = 1024  # a frame's header and a JSON message's envelope, over the body limit
 METRICS_PATH = "/metrics"
+HEALTH_PATH = "/health"  # what a load balancer probes for readiness: 503 from the moment the server drains
 SEND_DEADLINE_S = 30.0  # a client that reads nothing for this long while its response waits is let go
 
 
@@ -119,8 +124,9 @@ class RequestGuard:
         ws_max_size: int,
         in_flight: InFlightBounds,
         metrics_keys: tuple[str, ...] = (),
+        lifecycle: Lifecycle = LIFECYCLE,
     ) -> None:
-        self.app, self.policy, self.ws_max_size = app, policy, ws_max_size
+        self.app, self.policy, self.ws_max_size, self.lifecycle = app, policy, ws_max_size, lifecycle
         self.in_flight = in_flight  # also the batch route's (app.state): its items count against the same bound
         self.metrics_keys = metrics_keys  # GET /metrics needs one of them (none: open)
 
@@ -192,7 +198,13 @@ class RequestGuard:
                 "with --speech-open-metrics",
                 401,
             )
+        if scope["type"] == "http" and self.lifecycle.draining and path == HEALTH_PATH:
+            return RequestRefused("the server is shutting down: it finishes the speech in flight, then exits", 503)
         if scope["type"] == "http" and scope.get("method", "GET") in STATE_CHANGING:
+            if self.lifecycle.draining and self.in_flight.bound(scope["method"], path) is not None:
+                return RequestRefused(
+                    "the server is shutting down: send the request to another server", 503, RETRY_AFTER_S
+                )
             accepted = BODY_TYPES.get(path)
             given = media_type(header(scope, b"content-type"))
             if accepted is not None and given not in accepted:

@@ -40,6 +40,7 @@ class ServingState:
     speech: SpeechService
     plans: ServedPlans
     sockets: SocketGate = field(default_factory=SocketGate)
+    watch: asyncio.Task | None = None  # the process's lifecycle watch (:mod:`.lifecycle`), kept referenced
 
     @property
     def voices(self) -> VoiceService:

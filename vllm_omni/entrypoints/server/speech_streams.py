@@ -18,6 +18,7 @@ import numpy as np
 
 from vllm_omni.errors import RequestRefused
 
+from .lifecycle import LIFECYCLE
 from .speech_service import SpeechService
 
 if TYPE_CHECKING:
@@ -221,9 +222,18 @@ def _event(payload: dict) -> bytes:
     return b"event: " + payload["type"].encode() + b"\ndata: " + data + b"\n\n"
 
 
+def stopped_engine(error: BaseException) -> bool:
+    """Whether ``error`` says the engine itself stopped (vLLM's ``EngineDeadError``): nothing more can be spoken."""
+    return type(error).__name__ == "EngineDeadError"
+
+
 def public_error(error: BaseException) -> str:
-    """What a client is told of a failure inside the server: its kind and our own message, never a trace."""
+    """What a client is told of a failure inside the server: its kind and our own message, never a trace; while the
+    server drains (:mod:`.lifecycle`), that it shut down before the speech was finished."""
     if isinstance(error, RequestRefused):
         return str(error)
+    if LIFECYCLE.draining:
+        logger.info("speech request ended by the shutdown: %s: %s", type(error).__name__, error)
+        return "the server shut down before this speech was finished (--shutdown-timeout): send it again elsewhere"
     logger.warning("speech request failed: %s: %s", type(error).__name__, error, exc_info=logger.isEnabledFor(10))
     return f"the server failed while speaking ({type(error).__name__}: see the server log)"

@@ -20,6 +20,7 @@ from vllm_omni.errors import RequestRefused
 
 from ..openai.speech_api import SpeechApiError, parse_json, to_speech_request
 from ..openai.speech_limits import SpeechLimits
+from ..server.lifecycle import LIFECYCLE
 from ..server.serving_state import ServingState
 
 # WebSocket close codes (4000-4999 are the application's): what went wrong with the client's messages.
@@ -31,9 +32,17 @@ CLOSE_TIMEOUT = 4408
 CLOSE_TOO_MUCH_QUEUED = 4413
 CLOSE_NOT_READY = 4503
 CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455: the server is overloaded (--speech-max-sockets sessions are open)
+CLOSE_GOING_AWAY = 1001  # RFC 6455: the server is going down (it drains: SIGTERM)
+CLOSE_SERVER_ERROR = 1011  # RFC 6455: the server failed while speaking
 SLACK_S = 0.05  # how early a deadline may wake the socket's wait
 CLOSE_SEND_S = 5.0  # the done and close frames wait this long for a client that does not read
 MAX_REASON_BYTES = 123  # RFC 6455: a close reason fits in 123 bytes of UTF-8
+
+
+def failure_code() -> int:
+    """The close code of a session whose speech failed inside the server: going away while the server drains (its
+    engine stopped at the end of ``--shutdown-timeout``), a server error otherwise."""
+    return CLOSE_GOING_AWAY if LIFECYCLE.draining else CLOSE_SERVER_ERROR
 
 
 def refusal_code(error: RequestRefused) -> int:

@@ -53,12 +53,15 @@ from vllm_omni.errors import RequestRefused
 
 from ..generation.stream_report import FLUSH, StreamReport
 from ..openai.speech_api import BodyShapeError, SpeechApiError, check_text, speech_body
+from ..server.lifecycle import LIFECYCLE
 from ..server.serving_state import ServingState
 from .socket_session import (
     CLOSE_BAD_MESSAGE,
+    CLOSE_GOING_AWAY,
     CLOSE_NOT_SERVED,
     SocketClosed,
     SocketSession,
+    failure_code,
 )
 
 SESSION_DEFAULT_FORMAT = "wav"  # upstream's default on its WebSocket
@@ -190,6 +193,8 @@ class SpeechSession(SocketSession):
                 await self.error(str(error))
             await self.serve(self.speak_all())
             if not self.speaker.cancelled() and self.speaker.exception() is None:  # session.close: all spoken
+                if LIFECYCLE.draining:
+                    await self.close(CLOSE_GOING_AWAY, "the server is shutting down: the session's speech was sent")
                 await self.close(1000, "session closed")
 
     async def configure(self, message: dict) -> SessionSettings:
@@ -245,6 +250,10 @@ class SpeechSession(SocketSession):
                 await self.error(f"{error} (the session keeps its configuration)")
         elif kind == "input.text":
             await self.take_text(message.get("text", ""))
+        elif kind == "input.done" and LIFECYCLE.draining:  # what is queued is spoken; nothing new
+            await self.error("input.done not spoken: the server is shutting down; send it to another server")
+            self.closing = True
+            self.utterances.put_nowait(None)
         elif kind == "input.done":
             await self.end_utterance()
         elif kind == "input.cancel":
@@ -370,9 +379,9 @@ class SpeechSession(SocketSession):
 
     async def speak_framed(self, utterance: Utterance) -> None:
         """``audio.start``, the utterance's audio, ``audio.done``; a failure is said in an ``error`` before it."""
-        from ..server.speech_streams import public_error
+        from ..server.speech_streams import public_error, stopped_engine
 
-        failure = None
+        failure, engine_stopped = None, False
         self.current = utterance  # from audio.start on, input.cancel stops it
         try:
             await self.send_text(_json(self.audio_start(utterance)))
@@ -388,11 +397,14 @@ class SpeechSession(SocketSession):
             failure = str(error)
         except Exception as error:
             failure = public_error(error)
+            engine_stopped = stopped_engine(error)
         finally:
             self.current = None
         if failure is not None:
             await self.error(f"utterance {utterance.index} failed: {failure}")
         await self.send_text(_json(self.audio_done(utterance, failure)))
+        if failure is not None and (engine_stopped or LIFECYCLE.draining):  # no later utterance can be spoken
+            await self.close(failure_code(), failure)
 
     def audio_done(self, utterance: Utterance, failure: str | None) -> dict[str, Any]:
         """``audio.done``; ``ending`` says how the utterance ended (``complete``; stream mode: ``eos`` when the

@@ -24,6 +24,7 @@ from .socket_session import (
     CLOSE_TOO_MUCH_QUEUED,
     SocketClosed,
     SocketSession,
+    failure_code,
     refusal_code,
 )
 from .speech_text import TextSegmenter
@@ -218,7 +219,7 @@ class SpeechSocket(SocketSession):
             except (asyncio.CancelledError, SocketClosed):
                 raise
             except Exception as error:  # the server's decoder failed: the client hears why
-                await self.close(1011, public_error(error))
+                await self.close(failure_code(), public_error(error))
             return False
         if kind == "end":
             if self.text_mode == "stream":
@@ -256,7 +257,7 @@ class SpeechSocket(SocketSession):
         except (asyncio.CancelledError, SocketClosed):
             raise
         except Exception as error:
-            await self.close(1011, public_error(error))
+            await self.close(failure_code(), public_error(error))
         await self.send_bytes(end)
         await self.send_text(done.decode())
         self.encoder = None
@@ -283,7 +284,7 @@ class SpeechSocket(SocketSession):
         except RequestRefused as error:  # text the checkpoint cannot speak (too long, empty), or a full queue
             await self.close(refusal_code(error), str(error))
         except Exception as error:  # the done message says what went wrong
-            await self.close(1011, public_error(error))
+            await self.close(failure_code(), public_error(error))
         await self.finish_stream(encoder, plan)
 
     async def speak_sentences(self, encoder, body, template, plan) -> None:
