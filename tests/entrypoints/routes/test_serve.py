@@ -1154,3 +1154,37 @@ def test_a_first_config_the_checkpoint_cannot_speak_is_said_per_utterance_as_ups
         kinds = [m if isinstance(m, bytes) else m["type"] for m in heard[0]]
         assert kinds[0] == "error" and kinds[-2:] == ["audio.done", "session.done"] and not heard[0][-2]["error"]
         assert code == 1000
+
+
+def speech_metric_rows(server) -> dict[str, float]:
+    with server.request("/metrics") as response:
+        lines = response.read().decode().splitlines()
+    return {
+        name: float(value)
+        for name, value in (line.rsplit(" ", 1) for line in lines if line.startswith("vllm_omni_speech_"))
+    }
+
+
+def test_the_speech_metrics_count_what_the_server_did(server):
+    before = speech_metric_rows(server)
+    codec = server.codec_frames({**HELLO, "max_frames": 10})
+    with server.request("/v1/audio/speech", {**HELLO, "max_frames": 10, "response_format": "pcm"}) as response:
+        response.read()
+        pcm_frames = int(response.headers["X-VLLM-OMNI-OUTPUT-TOKENS"])
+    assert server.error("/v1/audio/speech", {**HELLO, "speed": 5})[0] == 400
+    with server.request("/v1/edge/plans/cpu_x86_64") as response:
+        response.read()
+    after = speech_metric_rows(server)
+
+    def grew(name: str) -> float:
+        return after.get("vllm_omni_speech_" + name, 0.0) - before.get("vllm_omni_speech_" + name, 0.0)
+
+    assert grew('frames_total{route="speech"}') == len(codec) + pcm_frames
+    plan_codec = ExecPlan.load(server.artifacts / "cpu_x86_64").codec  # the small geometry's hop, not 1920
+    seconds = (len(codec) + pcm_frames) * plan_codec.samples_per_frame / plan_codec.sample_rate
+    assert grew('audio_seconds_total{route="speech"}') == pytest.approx(seconds)
+    assert grew('first_frame_seconds_count{route="speech",text_mode="whole"}') == 2
+    assert grew('first_audio_seconds_count{route="speech",text_mode="whole"}') == 2
+    assert grew('refusals_total{reason="status_400"}') == 1
+    assert grew('plan_downloads_total{hardware="cpu_x86_64",kind="plan"}') == 1
+    assert after["vllm_omni_speech_streams_open"] == 0  # every response above is over

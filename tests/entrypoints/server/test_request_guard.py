@@ -9,6 +9,8 @@ import os
 import signal
 from types import SimpleNamespace
 
+import pytest
+
 from vllm_omni.entrypoints.openai.speech_limits import SpeechLimits
 from vllm_omni.entrypoints.server import lifecycle as lifecycle_module
 from vllm_omni.entrypoints.server import request_guard
@@ -16,6 +18,8 @@ from vllm_omni.entrypoints.server.in_flight import BatchItems, InFlight, InFligh
 from vllm_omni.entrypoints.server.lifecycle import Lifecycle, record_signals
 from vllm_omni.entrypoints.server.request_guard import RequestGuard, api_keys
 from vllm_omni.entrypoints.server.site_policy import SitePolicy
+
+pytestmark = pytest.mark.vllm  # the guard counts its refusals with prometheus_client: the serving venv
 
 
 def scope(path: str, method: str = "POST", headers: dict | None = None, kind: str = "http") -> dict:

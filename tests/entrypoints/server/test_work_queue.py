@@ -85,3 +85,13 @@ def test_websocket_sessions_leave_room_for_http_and_split_between_api_processes(
     assert socket_share(SpeechLimits(), max_num_seqs=16, processes=2) == 4
     assert socket_share(SpeechLimits(max_sockets=10), max_num_seqs=16, processes=3) == 3
     assert socket_share(SpeechLimits(), max_num_seqs=1, processes=4) == 1
+
+
+def test_the_automatic_bounds_are_sized_from_the_engine_so_the_engines_is_met_first():
+    auto = SpeechLimits().for_engine(max_num_seqs=16, processes=1, sockets=8)
+    assert (auto.max_responses, auto.max_queued_jobs) == (32, 40)  # 16 slots and 16 waiting; every prompt fits
+    split = SpeechLimits().for_engine(max_num_seqs=16, processes=2, sockets=4)
+    assert (split.max_responses, split.max_queued_jobs) == (16, 20)
+    given = SpeechLimits(max_responses=3, max_queued_jobs=5).for_engine(max_num_seqs=16, processes=1, sockets=8)
+    assert (given.max_responses, given.max_queued_jobs) == (3, 5)
+    assert (SpeechLimits().responses_bound, SpeechLimits().queued_jobs_bound) == (64, 16)  # before the engine

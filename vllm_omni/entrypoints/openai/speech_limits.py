@@ -9,9 +9,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
-ZERO_MEANS_AUTO = ("decode_workers", "max_sockets")
+ZERO_MEANS_AUTO = ("decode_workers", "max_sockets", "max_responses", "max_queued_jobs")
+# Bounds in use before the engine's capacity is known (auto): the guard's before the process loads its state, and
+# a speech service made without one.
+UNKNOWN_ENGINE_RESPONSES = 64
+UNKNOWN_ENGINE_QUEUED_JOBS = 16
 
 
 @dataclass(frozen=True)
@@ -32,9 +36,13 @@ class SpeechLimits:
         0  # open speech WebSocket sessions of the server (split between API processes); 0: half of max_num_seqs
     )
     max_batch_items: int = 32  # items of one POST /v1/audio/speech/batch (upstream's default)
-    max_responses: int = 64  # HTTP speech responses in flight per API server process, a batch as its items (503)
+    # HTTP speech responses in flight per API server process, a batch as its items (then 503); 0: the engine's
+    # capacity, its max_num_seqs slots and as many waiting, shared by the API processes (for_engine)
+    max_responses: int = 0
     max_voice_uploads: int = 4  # voice uploads in flight per API server process (then 503)
-    max_queued_jobs: int = 16  # prompt builds, and voice encodings, waiting or running (each pool; then 503)
+    # prompt builds, and voice encodings, waiting or running (each pool; then 503); 0: room for every response and
+    # session admitted (for_engine), so the first bound a request meets is the engine's
+    max_queued_jobs: int = 0
     stream_hold_s: float = 2.0  # a paused stream-mode utterance keeps its KV this long (as streamed_text.HOLD_S)
 
     def __post_init__(self) -> None:
@@ -46,6 +54,23 @@ class SpeechLimits:
     @property
     def decode_threads(self) -> int:
         return self.decode_workers or max(1, min(4, os.cpu_count() or 1))
+
+    def for_engine(self, max_num_seqs: int, processes: int, sockets: int) -> SpeechLimits:
+        """These limits with the automatic ones (0) sized from the engine: ``max_responses`` its ``max_num_seqs``
+        slots and an equal waiting room, split between ``processes`` API processes; ``max_queued_jobs`` room for
+        the prompt of every response admitted and of each of the process's ``sockets`` sessions."""
+        responses = self.max_responses or max(1, 2 * max_num_seqs // max(1, processes))
+        return replace(self, max_responses=responses, max_queued_jobs=self.max_queued_jobs or responses + sockets)
+
+    @property
+    def responses_bound(self) -> int:
+        """``max_responses``, or before the engine is known (auto) :data:`UNKNOWN_ENGINE_RESPONSES`."""
+        return self.max_responses or UNKNOWN_ENGINE_RESPONSES
+
+    @property
+    def queued_jobs_bound(self) -> int:
+        """``max_queued_jobs``, or before the engine is known (auto) :data:`UNKNOWN_ENGINE_QUEUED_JOBS`."""
+        return self.max_queued_jobs or UNKNOWN_ENGINE_QUEUED_JOBS
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SpeechLimits:
@@ -82,7 +107,8 @@ _FLAGS = {
         "max_responses",
         int,
         "HTTP speech responses in flight per API server process, a batch counted as the items it runs at once "
-        "(more are refused with 503 and Retry-After)",
+        "(more are refused with 503 and Retry-After; 0: the engine's max_num_seqs and as many waiting, split "
+        "between the API processes)",
     ),
     "max-voice-uploads": (
         "max_voice_uploads",
@@ -93,7 +119,7 @@ _FLAGS = {
         "max_queued_jobs",
         int,
         "prompt builds, and reference-audio encodings, waiting or running at once (each; more are refused with "
-        "503 and Retry-After)",
+        "503 and Retry-After; 0: room for every response and session the process admits)",
     ),
     "stream-hold-s": (
         "stream_hold_s",

@@ -67,6 +67,7 @@ from ..server.lifecycle import LIFECYCLE, watch
 from ..server.request_guard import RequestGuard, guard_settings
 from ..server.server_logs import quiet_known_noise
 from ..server.serving_state import ServingState, load_serving_state
+from ..server.speech_metrics import speech_metrics
 from ..server.speech_streams import (
     audio_stream,
     codec_stream,
@@ -131,6 +132,7 @@ def build_router():
         etag = f'"{plan.plan_id}"'
         if not_modified(request, etag):
             return Response(status_code=304, headers={"ETag": etag})
+        speech_metrics().plan_downloads.labels(name, "plan").inc()
         return Response(plans.plan_bytes[name], media_type="application/json", headers={"ETag": etag})
 
     async def artifact(request: Request, name: str, artifact: str):
@@ -142,6 +144,7 @@ def build_router():
         headers = {"ETag": f'"{sha256}"', "X-Content-SHA256": sha256}
         if not_modified(request, headers["ETag"]):
             return Response(status_code=304, headers=headers)
+        speech_metrics().plan_downloads.labels(name, "artifact").inc()
         return FileResponse(plan.directory / artifact, headers=headers, media_type="application/octet-stream")
 
     for path in ("/v1/edge/plans/{name}", "/v1/edge/plans/{name}/exec_plan.json"):
@@ -176,6 +179,7 @@ def build_router():
         speech = serving.speech
         request_id = f"speech-{uuid.uuid4().hex}"
         data = parse_json(await read_body(request, speech.limits.max_body_bytes))
+        meter = speech.meter("speech")  # the request is here: its first frame and audio are measured from now
         body = speech_body(speech_model, data, speech.limits, speech.served_models, speech.config)
         plan = serving.plans.plan(body.edge_hardware) if body.response_format == "codec" else None
         request_voice = to_speech_request(body, speech.voices.store)
@@ -184,14 +188,15 @@ def build_router():
             return Response(status_code=499)
         fmt = body.response_format
         if plan is not None:
-            stream = codec_stream(speech, plan, prepared, request_id, body.frames_per_message, body.first_frames)
+            stream = codec_stream(speech, plan, prepared, request_id, body.frames_per_message, body.first_frames, meter)
             return closing_response(stream, CODEC_MEDIA_TYPE, {"X-Plan-Id": plan.plan_id})
         headers = {"X-Sample-Rate": str(speech.sample_rate)}
         if body.sse:
-            events = sse_events(speech, prepared, request_id, fmt, body.speed, body.first_frames)
+            events = sse_events(speech, prepared, request_id, fmt, body.speed, body.first_frames, meter)
             return closing_response(events, SSE_MEDIA_TYPE, headers)
         counts: dict[str, int] = {}
-        audio = audio_stream(speech, prepared, request_id, fmt, body.speed, counts, body.first_frames)
+        meter.whole = not body.streamed
+        audio = audio_stream(speech, prepared, request_id, fmt, body.speed, counts, body.first_frames, meter)
         if body.streamed:
             return closing_response(streamed(audio), AUDIO_FORMATS[fmt], headers)
         try:
@@ -201,6 +206,7 @@ def build_router():
         if data is None:  # the client left: nothing to answer, and the engine request is aborted
             return Response(status_code=499)
         headers |= usage_headers(usage(prepared, counts["frames"]))
+        meter.delivered()
         return Response(whole_file(data, fmt, speech.sample_rate), media_type=AUDIO_FORMATS[fmt], headers=headers)
 
     def batch_slots(request: Request) -> InFlight:
@@ -219,9 +225,11 @@ def build_router():
             await socket.close(code=CLOSE_NOT_READY, reason="the speech routes are not initialised (start with --omni)")
             return
         if LIFECYCLE.draining:
+            speech_metrics().refused("draining")
             await socket.close(code=CLOSE_GOING_AWAY, reason="the server is shutting down: open the session elsewhere")
             return
         if gate.open >= gate.max_open:
+            speech_metrics().refused("sessions")
             await socket.close(
                 code=CLOSE_TRY_AGAIN_LATER,
                 reason=f"{gate.open} speech sessions are open, the most this server takes: try again later",
@@ -259,7 +267,8 @@ def build_router():
 
 async def api_error(request, error):
     """A refusal raised by a route (a :class:`~vllm_omni.errors.RequestRefused`: the speech API's, the voice
-    store's, the talker's): OpenAI's error body."""
+    store's, the talker's): OpenAI's error body, counted by its status."""
+    speech_metrics().refused(f"status_{getattr(error, 'status', 400)}")
     return error_response(getattr(error, "status", 400), str(error), retry_after(error))
 
 
@@ -295,5 +304,8 @@ class EdgeEndpointPlugin:
         if engine_client is None:
             return
         serving = await load_serving_state(engine_client, args)
+        bounds = getattr(state, IN_FLIGHT_ATTRIBUTE, None)
+        if bounds is not None:  # the request guard's bound, sized from the engine now that it is known
+            bounds.responses.limit = serving.speech.limits.max_responses
         serving.watch = asyncio.create_task(watch(engine_client))  # signals and the engine's health, for life
         setattr(state, STATE_ATTRIBUTE, serving)

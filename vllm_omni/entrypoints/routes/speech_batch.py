@@ -81,7 +81,7 @@ def speech_batch_route(service: Any, slots: Any, speech_model: Any) -> Any:
             voice = (await made[key]).voice
             return dataclasses.replace(request, voice=voice, ref_audio=None, speaker_embedding=None, ref_text=None)
 
-        admitted = asyncio.Semaphore(max(1, speech.limits.max_queued_jobs // 2))
+        admitted = asyncio.Semaphore(max(1, speech.limits.queued_jobs_bound // 2))
         items = BatchItems(slots(request))  # at once: its own slot's item and those on free slots
 
         async def speak(index: int, fields: dict[str, Any]) -> dict[str, Any]:
@@ -100,7 +100,10 @@ def speech_batch_route(service: Any, slots: Any, speech_model: Any) -> Any:
                         prepared = await speech.prepare(voiced, request_id)
                     counts: dict[str, int] = {}
                     fmt = body.response_format
-                    stream = audio_stream(speech, prepared, request_id, fmt, body.speed, counts, body.first_frames)
+                    meter = speech.meter("batch", whole=True)  # the batch's answer leaves whole, at its end
+                    stream = audio_stream(
+                        speech, prepared, request_id, fmt, body.speed, counts, body.first_frames, meter
+                    )
                     data = b"".join([chunk async for chunk in stream])
             except asyncio.CancelledError:
                 raise

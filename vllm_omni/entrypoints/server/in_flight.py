@@ -71,7 +71,7 @@ class InFlightBounds:
     @classmethod
     def for_limits(cls, limits: SpeechLimits) -> InFlightBounds:
         return cls(
-            InFlight("speech responses", limits.max_responses, "--speech-max-responses"),
+            InFlight("speech responses", limits.responses_bound, "--speech-max-responses"),
             InFlight("voice uploads", limits.max_voice_uploads, "--speech-max-voice-uploads"),
         )
 

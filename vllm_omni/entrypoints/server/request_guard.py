@@ -41,6 +41,7 @@ from ..openai.speech_http import error_body, retry_after
 from .in_flight import InFlightBounds
 from .lifecycle import LIFECYCLE, Lifecycle
 from .site_policy import SitePolicy
+from .speech_metrics import speech_metrics
 from .speech_streams import StreamCut
 from .work_queue import RETRY_AFTER_S
 
@@ -147,7 +148,8 @@ class RequestGuard:
             if bound is not None:
                 with bound.held():
                     if bound is self.in_flight.responses:
-                        await self.speech_response(scope, receive, send)
+                        with speech_metrics().streams_open.track_inprogress():
+                            await self.speech_response(scope, receive, send)
                     else:
                         await self.app(scope, receive, send)
                 return
@@ -175,45 +177,56 @@ class RequestGuard:
             logger.info("speech response %s: %s", "cut" if isinstance(ended, StreamCut) else "abandoned", ended)
 
     def refusal(self, scope: dict[str, Any], path: str) -> RequestRefused | None:
-        """The refusal of a request this server does not take (``path``: its route path), or None."""
+        """The refusal of a request this server does not take (``path``: its route path), or None; each counted by
+        its reason (:mod:`.speech_metrics`)."""
+        found = self.refusal_and_reason(scope, path)
+        if found is None:
+            return None
+        reason, refusal = found
+        speech_metrics().refused(reason)
+        return refusal
+
+    def refusal_and_reason(self, scope: dict[str, Any], path: str) -> tuple[str, RequestRefused] | None:
         policy = self.policy
         host = header(scope, b"host")
         if not policy.host_allowed(host):
-            return RequestRefused(  # the names it does answer to are not listed: a rebound page could read them
+            return "host", RequestRefused(  # the names it does answer to are not listed: a rebound page could read them
                 f"this server does not answer to the host {host!r}: a page whose name resolves here is not this "
                 "server's; an operator adds names with --speech-allowed-hosts (IP addresses and localhost are served)",
                 403,
             )
         origin = header(scope, b"origin")  # sent by browsers on cross-origin reads, writes and every handshake
         if not policy.origin_allowed(origin, host):
-            return RequestRefused(
+            return "origin", RequestRefused(
                 f"pages of {origin!r} may not read from this server, change its state or open its sessions; an "
                 "operator allows an origin with --speech-allowed-origins",
                 403,
             )
         metrics = path.startswith(METRICS_PATH)  # vLLM mounts its exporter on ^/metrics.*
         if scope["type"] == "http" and metrics and self.metrics_keys and not self.keyed(scope):
-            return RequestRefused(
+            return "metrics_key", RequestRefused(
                 "/metrics needs the server's API key (Authorization: Bearer KEY); an operator opens it to a scraper "
                 "with --speech-open-metrics",
                 401,
             )
         if scope["type"] == "http" and self.lifecycle.draining and path == HEALTH_PATH:
-            return RequestRefused("the server is shutting down: it finishes the speech in flight, then exits", 503)
+            return "draining", RequestRefused(
+                "the server is shutting down: it finishes the speech in flight, then exits", 503
+            )
         if scope["type"] == "http" and scope.get("method", "GET") in STATE_CHANGING:
-            if self.lifecycle.draining and self.in_flight.bound(scope["method"], path) is not None:
-                return RequestRefused(
+            bound = self.in_flight.bound(scope["method"], path)
+            if self.lifecycle.draining and bound is not None:
+                return "draining", RequestRefused(
                     "the server is shutting down: send the request to another server", 503, RETRY_AFTER_S
                 )
             accepted = BODY_TYPES.get(path)
             given = media_type(header(scope, b"content-type"))
             if accepted is not None and given not in accepted:
-                return RequestRefused(
+                return "media_type", RequestRefused(
                     f"Content-Type {given or 'none'!r} is not read here: send {' or '.join(accepted)}", 415
                 )
-            bound = self.in_flight.bound(scope["method"], path)
-            if bound is not None:
-                return bound.refusal()
+            if bound is not None and (full := bound.refusal()) is not None:
+                return bound.flag.removeprefix("--speech-max-").replace("-", "_"), full
         return None
 
     def keyed(self, scope: dict[str, Any]) -> bool:

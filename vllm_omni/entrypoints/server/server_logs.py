@@ -10,6 +10,10 @@
   websockets implementation marks the handshake complete only on accept or close). The speech socket
   accepts or closes every handshake it is given, so no other source of that line is hidden.
 
+* While the server drains (SIGTERM, :mod:`.lifecycle`), vLLM's ``AsyncLLM output_handler failed.`` with the
+  traceback of an ``EngineDeadError``: the drain stopped the engine on purpose once the speech in flight was done, and
+  the handler reads the stopped engine once more. Outside a drain the record passes: there it means a dead engine.
+
 Only records whose message starts with these texts are dropped; everything else on those loggers passes.
 
 And records are changed: every uvicorn line (the access log, and the WebSocket lines on ``uvicorn.error``) of a
@@ -23,6 +27,8 @@ from __future__ import annotations
 import logging
 import re
 
+from .lifecycle import LIFECYCLE
+
 KEY_IN_QUERY = re.compile(r"(?i)([?&](?:api[_-]?key|access_token|token|key)=)[^&#\s]*")
 
 _DROPPED = {
@@ -32,12 +38,18 @@ _DROPPED = {
 }
 
 
+# Dropped only while the server drains.
+_DROPPED_WHILE_DRAINING = {"vllm.v1.engine.async_llm": "AsyncLLM output_handler failed."}
+
+
 class _DropMessage(logging.Filter):
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, while_draining: bool = False) -> None:
         super().__init__()
-        self.message = message
+        self.message, self.while_draining = message, while_draining
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if self.while_draining and not LIFECYCLE.draining:
+            return True
         return not (isinstance(record.msg, str) and record.msg.startswith(self.message))
 
 
@@ -59,10 +71,11 @@ REDACTED_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
 
 def quiet_known_noise() -> None:
     """Install the filters (once per process)."""
-    for name, message in _DROPPED.items():
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _DropMessage) and f.message == message for f in logger.filters):
-            logger.addFilter(_DropMessage(message))
+    for dropped, while_draining in ((_DROPPED, False), (_DROPPED_WHILE_DRAINING, True)):
+        for name, message in dropped.items():
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, _DropMessage) and f.message == message for f in logger.filters):
+                logger.addFilter(_DropMessage(message, while_draining))
     for name in REDACTED_LOGGERS:  # a filter sees only its own logger's records, not those it propagates
         logger = logging.getLogger(name)
         if not any(isinstance(f, _RedactKeys) for f in logger.filters):

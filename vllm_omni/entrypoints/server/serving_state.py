@@ -75,14 +75,16 @@ async def load_serving_state(engine_client: Any, args: Any) -> ServingState:
     generator = await asyncio.to_thread(AsyncCodecFrameGenerator.for_engine, engine_client, model)
     # A long-lived server: weights repacked once for faster steps (prepack), and kept loaded.
     warm = await asyncio.to_thread(open_decoder, plans.server_decoder, check_sha256=False, prepack=True)
-    limits = SpeechLimits.from_args(args)
-    generator.stream_holds.hold_s = limits.stream_hold_s
     processes = getattr(args, "api_server_count", None) or 1
+    max_num_seqs = engine_client.vllm_config.scheduler_config.max_num_seqs
+    given = SpeechLimits.from_args(args)
+    max_open = socket_share(given, max_num_seqs, processes)
+    limits = given.for_engine(max_num_seqs, processes, max_open)  # the automatic bounds sized from the engine
+    generator.stream_holds.hold_s = limits.stream_hold_s
     generator.stream_holds.share(processes)  # each API process holds its part
     voices = VoiceService()
     speech = SpeechService(generator, limits, served_model_names(args), plans.server_decoder, voices, warm)
     speech.media_rules = MediaRules.for_engine(engine_client.vllm_config.model_config, limits.max_body_bytes)
-    max_open = socket_share(limits, engine_client.vllm_config.scheduler_config.max_num_seqs, processes)
     state = ServingState(speech, plans, SocketGate(max_open))
     if generator.config.tts_model_type == "base":
         from ..voices.voice_store import VoiceStore

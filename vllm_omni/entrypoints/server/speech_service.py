@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..openai.speech_api import PLACEHOLDER_VOICE, ReferenceUrl
 from ..openai.speech_limits import SpeechLimits
 from ..voices.voice_service import VoiceService
+from .speech_metrics import Meter
 from .work_queue import WorkQueue
 
 if TYPE_CHECKING:  # the generator's module needs transformers and vLLM: imported where the service is made
@@ -48,7 +49,7 @@ class SpeechService:
     voice_work: WorkQueue | None = None
 
     def __post_init__(self) -> None:
-        queued = self.limits.max_queued_jobs
+        queued = self.limits.queued_jobs_bound
         self.prompt_work = self.prompt_work or WorkQueue("prompt building", 1, queued)
         self.decode_pool = self.decode_pool or ThreadPoolExecutor(
             self.limits.decode_threads, thread_name_prefix="speech-decode"
@@ -63,6 +64,12 @@ class SpeechService:
     @property
     def sample_rate(self) -> int:
         return self.server_decoder.codec.sample_rate
+
+    def meter(self, route: str, text_mode: str = "whole", whole: bool = False) -> Meter:
+        """A :class:`~.speech_metrics.Meter` for one utterance of ``route``, started now (``whole``: its audio leaves
+        in one piece at the end)."""
+        codec = self.server_decoder.codec
+        return Meter(route, text_mode, codec.samples_per_frame / codec.sample_rate, whole=whole)
 
     async def encode_voice(self, request: Any) -> Any:
         """The voice ``request`` clones, its reference audio encoded on the voice pool (one thread: encoding

@@ -19,6 +19,7 @@ import numpy as np
 from vllm_omni.errors import RequestRefused
 
 from .lifecycle import LIFECYCLE
+from .speech_metrics import Meter, speech_metrics
 from .speech_service import SpeechService
 
 if TYPE_CHECKING:
@@ -72,19 +73,27 @@ async def frame_batches(
 
 
 async def codec_stream(
-    speech: SpeechService, plan: ExecPlan, prepared: Any, request_id: str, per_message: int, first: int = 1
+    speech: SpeechService,
+    plan: ExecPlan,
+    prepared: Any,
+    request_id: str,
+    per_message: int,
+    first: int = 1,
+    meter: Meter | None = None,
 ) -> AsyncIterator[bytes]:
     """The wire protocol as an HTTP body: magic, start, frames messages as the talker makes frames (the first
-    ``first`` together), done."""
+    ``first`` together), done; ``meter`` (default: the speech route's, started now) measures it."""
     from vllm_omni.edge.stream import KIND_BINARY, KIND_JSON, RECORDING_MAGIC, StreamStart, record
     from vllm_omni.edge.stream.encoder import CodecStreamEncoder
 
     encoder = CodecStreamEncoder(StreamStart.for_plan(plan, stream_id=request_id))
     yield RECORDING_MAGIC + record(KIND_JSON, encoder.start())
-    made = speech.generator.stream_prepared(prepared, request_id)
+    meter = meter or speech.meter("speech")
+    made = meter.frames(speech.generator.stream_prepared(prepared, request_id))
     try:
         async for frames in frame_batches(made, per_message, first=first):
             yield record(KIND_BINARY, encoder.frames(frames))
+            meter.sent(len(frames))
     except Exception as error:  # the stream says what went wrong; the client keeps the audio so far
         yield record(KIND_JSON, encoder.done(reason="error", error=public_error(error)))
         return
@@ -101,13 +110,20 @@ async def audio_stream(
     speed: float,
     counts: dict[str, int] | None = None,
     first: int = 1,
+    meter: Meter | None = None,
 ) -> AsyncIterator[bytes]:
-    """The utterance of ``prepared`` as :func:`decoded_audio` (the first ``first`` frames decoded together)."""
-    frames = speech.generator.stream_prepared(prepared, request_id)
+    """The utterance of ``prepared`` as :func:`decoded_audio` (the first ``first`` frames decoded together);
+    ``meter`` (default: the speech route's, started now) measures each chunk as it leaves."""
+    meter = meter or speech.meter("speech")
+    frames = meter.frames(speech.generator.stream_prepared(prepared, request_id))
     if first > 1:
         frames = frame_batches(frames, 1, first=first)
+    counts = counts if counts is not None else {}
+    reported = 0
     async with contextlib.aclosing(decoded_audio(speech, frames, fmt, speed, counts)) as chunks:
         async for chunk in chunks:
+            meter.sent(counts["frames"] - reported)
+            reported = counts["frames"]
             yield chunk
 
 
@@ -200,14 +216,20 @@ def usage_headers(usage: dict[str, Any]) -> dict[str, str]:
 
 
 async def sse_events(
-    speech: SpeechService, prepared: Any, request_id: str, fmt: str, speed: float, first: int = 1
+    speech: SpeechService,
+    prepared: Any,
+    request_id: str,
+    fmt: str,
+    speed: float,
+    first: int = 1,
+    meter: Meter | None = None,
 ) -> AsyncIterator[bytes]:
     """The audio of :func:`audio_stream` as server-sent events, as upstream vLLM-Omni and OpenAI name them:
     ``speech.audio.delta`` (base64 audio and its ``response_format``) per chunk, then ``speech.audio.done`` with
     the :func:`usage`; a failure ends the stream with ``speech.audio.error`` (OpenAI's error object)."""
     counts: dict[str, int] = {}
     try:
-        async for chunk in audio_stream(speech, prepared, request_id, fmt, speed, counts, first):
+        async for chunk in audio_stream(speech, prepared, request_id, fmt, speed, counts, first, meter):
             audio = base64.b64encode(chunk).decode("ascii")
             yield _event({"type": "speech.audio.delta", "audio": audio, "response_format": fmt})
     except Exception as error:
@@ -233,7 +255,9 @@ def public_error(error: BaseException) -> str:
     if isinstance(error, RequestRefused):
         return str(error)
     if LIFECYCLE.draining:
+        speech_metrics().failed("shutdown")
         logger.info("speech request ended by the shutdown: %s: %s", type(error).__name__, error)
         return "the server shut down before this speech was finished (--shutdown-timeout): send it again elsewhere"
+    speech_metrics().failed("engine" if stopped_engine(error) else "server")
     logger.warning("speech request failed: %s: %s", type(error).__name__, error, exc_info=logger.isEnabledFor(10))
     return f"the server failed while speaking ({type(error).__name__}: see the server log)"

@@ -22,6 +22,7 @@ from ..openai.speech_api import SpeechApiError, parse_json, to_speech_request
 from ..openai.speech_limits import SpeechLimits
 from ..server.lifecycle import LIFECYCLE
 from ..server.serving_state import ServingState
+from ..server.speech_metrics import speech_metrics
 
 # WebSocket close codes (4000-4999 are the application's): what went wrong with the client's messages.
 CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
@@ -176,6 +177,7 @@ class SocketSession:
         try:
             check(*args)
         except ProtocolError as error:
+            speech_metrics().refused("queued_text")
             await self.close(error.code, str(error))
 
     async def checked(self, raw: dict) -> dict:

@@ -55,6 +55,7 @@ from ..generation.stream_report import FLUSH, StreamReport
 from ..openai.speech_api import BodyShapeError, SpeechApiError, check_text, speech_body
 from ..server.lifecycle import LIFECYCLE
 from ..server.serving_state import ServingState
+from ..server.speech_metrics import Meter, speech_metrics
 from .socket_session import (
     CLOSE_BAD_MESSAGE,
     CLOSE_GOING_AWAY,
@@ -118,6 +119,7 @@ class Utterance:
     speaking: asyncio.Task | None = None
     cancelled: bool = False
     ending: str | None = None  # once audio.done is sent
+    meter: Meter | None = None  # its first frame and audio, measured from when it was queued
 
     def text_offset(self) -> int | None:
         """The characters of the text the frames sent had read (stream mode; None otherwise)."""
@@ -141,9 +143,11 @@ async def open_session(serving: ServingState, socket: Any, speech_model: Any) ->
         if first["type"] == "disconnect":
             return
         if first["type"] == "start":
-            await SpeechSocket(serving, socket, speech_model).run(first)
+            with speech_metrics().sessions_open.labels("first").track_inprogress():
+                await SpeechSocket(serving, socket, speech_model).run(first)
             return
-        await session.run(first)
+        with speech_metrics().sessions_open.labels("upstream").track_inprogress():
+            await session.run(first)
 
 
 class SpeechSession(SocketSession):
@@ -163,11 +167,12 @@ class SpeechSession(SocketSession):
         self.streaming: Utterance | None = None  # stream mode: the utterance whose text is arriving
         self.next_index = 0
         self.closing = False
+        self.going_away = False  # the server drains: the session ends once its queue is spoken (close 1001)
         self.last_text = time.monotonic()
         self.current: Utterance | None = None  # the utterance being spoken
 
     async def last_words(self, code: int, message: str) -> None:
-        if code != 1000:
+        if code not in (1000, CLOSE_GOING_AWAY):  # going away: the error, if any, was said already
             await self.socket.send_text(_json({"type": "error", "message": message}))
 
     async def error(self, message: str) -> None:
@@ -193,7 +198,7 @@ class SpeechSession(SocketSession):
                 await self.error(str(error))
             await self.serve(self.speak_all())
             if not self.speaker.cancelled() and self.speaker.exception() is None:  # session.close: all spoken
-                if LIFECYCLE.draining:
+                if self.going_away:
                     await self.close(CLOSE_GOING_AWAY, "the server is shutting down: the session's speech was sent")
                 await self.close(1000, "session closed")
 
@@ -252,7 +257,7 @@ class SpeechSession(SocketSession):
             await self.take_text(message.get("text", ""))
         elif kind == "input.done" and LIFECYCLE.draining:  # what is queued is spoken; nothing new
             await self.error("input.done not spoken: the server is shutting down; send it to another server")
-            self.closing = True
+            self.closing = self.going_away = True
             self.utterances.put_nowait(None)
         elif kind == "input.done":
             await self.end_utterance()
@@ -354,6 +359,9 @@ class SpeechSession(SocketSession):
         """``utterance`` queued behind the others, within the session's bounds (:class:`.socket_session.UtteranceQueue`:
         past them the session closes with 4413, as the first vocabulary's does)."""
         await self.within_bounds(self.queued.admit, len(utterance.text))
+        config = utterance.settings.config
+        whole = config is not None and not config.stream_audio and utterance.settings.plan is None
+        utterance.meter = self.speech.meter("websocket", "whole" if utterance.pieces is None else "stream", whole)
         self.next_index += 1
         self.unfinished += 1
         self.utterances.put_nowait(utterance)
@@ -447,12 +455,13 @@ class SpeechSession(SocketSession):
         request_id = f"speech-{uuid.uuid4().hex}"
         generator = self.speech.generator
         if utterance.pieces is None:
-            return self._whole(utterance, request_id)
+            return utterance.meter.frames(self._whole(utterance, request_id))
         request = dataclasses.replace(utterance.settings.template, text=None)
         utterance.report = StreamReport()
-        return generator.stream_text(
+        frames = generator.stream_text(
             request, _pieces(utterance.pieces), request_id, text_timeout_s=self.text_timeout_s, report=utterance.report
         )
+        return utterance.meter.frames(frames)
 
     async def _whole(self, utterance: Utterance, request_id: str) -> AsyncIterator[np.ndarray]:
         prepared = await self.speech.prepare(
@@ -476,8 +485,9 @@ class SpeechSession(SocketSession):
         async with contextlib.aclosing(decoded_audio(self.speech, frames, fmt, config.speed, counts)) as audio:
             async for chunk in audio:
                 if config.stream_audio:  # the frames sent so far (a whole file sends them all at its end)
-                    utterance.frames = counts["frames"]
+                    new_frames, utterance.frames = counts["frames"] - utterance.frames, counts["frames"]
                     await self.send_bytes(chunk)
+                    utterance.meter.sent(new_frames)
                     utterance.total_bytes += len(chunk)
                     await self.progress(utterance)
                 else:
@@ -487,6 +497,8 @@ class SpeechSession(SocketSession):
             sample_rate = self.speech.sample_rate
             data = whole_file(b"".join(chunks), fmt, sample_rate)
             await self.send_bytes(data)
+            utterance.meter.sent(utterance.frames)
+            utterance.meter.delivered()
             utterance.total_bytes = len(data)
 
     async def speak_codec(self, utterance: Utterance, frames: AsyncIterator[np.ndarray]) -> None:
@@ -502,6 +514,7 @@ class SpeechSession(SocketSession):
                 async for batch in batches:
                     data = encoder.frames(batch)
                     await self.send_bytes(data)
+                    utterance.meter.sent(len(batch))
                     utterance.total_bytes += len(data)
                     utterance.frames += len(batch)
                     await self.progress(utterance)

@@ -16,6 +16,7 @@ from vllm_omni.errors import RequestRefused
 
 from ..openai.speech_api import SpeechApiError, check_text, speech_body
 from ..server.serving_state import ServingState
+from ..server.speech_metrics import speech_metrics
 from .server_audio import ServerAudio, ServerAudioError
 from .socket_session import (
     CLOSE_BAD_MESSAGE,
@@ -81,6 +82,7 @@ class SpeechSocket(SocketSession):
         self.last_sent = 0.0  # when the last frames message left
         self.last_text = time.monotonic()  # when the last text piece came (stream mode's only sign of life)
         self.segmenter: TextSegmenter | None = None  # sentence mode: the text cut into sentences
+        self.stream_meter = self.speech.meter("websocket", "stream")  # stream mode: the one utterance's
         self.server_audio = ServerAudio(self.speech, self.send_text)  # the frames sent; their PCM once asked for
         self.await_server_audio = False  # the start's "server_audio": the session stays open after done for it
         self.awaiting_late_audio = False  # done is sent and the session waits for that request
@@ -148,6 +150,8 @@ class SpeechSocket(SocketSession):
 
     async def queue_piece(self, text: str) -> None:
         """Stream mode: a piece of the one utterance; its whole text is bounded by ``socket_max_queued_chars``."""
+        if not self.streamed_chars:  # the utterance's first text: its first frame and audio are measured from here
+            self.stream_meter.restart()
         self.streamed_chars += len(text)
         await self.within_bounds(self.queued.check_streamed, self.streamed_chars, "end it and start another session")
         self.pieces.put_nowait(text)
@@ -214,6 +218,7 @@ class SpeechSocket(SocketSession):
 
             try:
                 await self.server_audio.start(message.get("from_frame"))
+                speech_metrics().handovers.inc()
             except ServerAudioError as error:
                 await self.close(CLOSE_BAD_MESSAGE, str(error))
             except (asyncio.CancelledError, SocketClosed):
@@ -295,12 +300,14 @@ class SpeechSocket(SocketSession):
             self.speaking = True
             self.queued.taken(len(text))
             request_id = f"speech-{uuid.uuid4().hex}"
+            meter = self.speech.meter("websocket", "sentence")  # from when the speaker took the sentence
             prepared = await self.speech.prepare(dataclasses.replace(template, text=text), request_id)
-            frames = self.speech.generator.stream_prepared(prepared, request_id)
+            frames = meter.frames(self.speech.generator.stream_prepared(prepared, request_id))
             async with contextlib.aclosing(frame_batches(frames, body.frames_per_message)) as batches:
                 async for piece in batches:
                     await self.server_audio.frames(piece)
                     await self.send_bytes(encoder.frames(piece))
+                    meter.sent(len(piece))
             await self.server_audio.segment_end()
             await self.send_bytes(encoder.marker(segment_end=True))
             self.speaking = False
@@ -316,8 +323,10 @@ class SpeechSocket(SocketSession):
         frames = self.speech.generator.stream_text(
             request, self.text_pieces(), request_id, text_timeout_s=self.text_timeout_s
         )
-        async with contextlib.aclosing(frame_batches(frames, body.frames_per_message)) as batches:
+        meter = self.stream_meter
+        async with contextlib.aclosing(frame_batches(meter.frames(frames), body.frames_per_message)) as batches:
             async for piece in batches:
                 await self.server_audio.frames(piece)
                 await self.send_bytes(encoder.frames(piece))
+                meter.sent(len(piece))
                 self.last_sent = time.monotonic()
