@@ -6,7 +6,8 @@ PY := .venv/bin/python
 # programs and the phone plans, built beside the tests), the other toolchains' (ONNX, RKNN: the Rockchip plan) with
 # the hostile plans, and the rest. tools/run_test_passes.py runs three at a time with one OpenMP thread each; the
 # main passes run at niceness 5 and fill the CPU the two vLLM passes (the longest, each at most a core) leave.
-VLLM_SERVER_TESTS := tests/entrypoints/browser/test_browser.py tests/entrypoints/routes/test_serve.py tests/entrypoints/routes/test_voice_serve.py tests/entrypoints/server/test_serve_guard.py
+VLLM_SERVER_TESTS := tests/entrypoints/browser/test_browser.py tests/entrypoints/routes/test_serve.py tests/entrypoints/routes/test_voice_serve.py tests/entrypoints/server/test_serve_guard.py \
+	tests/entrypoints/server/test_serve_faults.py
 VLLM_ENGINE_TESTS := tests/entrypoints $(addprefix --ignore=,$(VLLM_SERVER_TESTS)) \
 	tests/model_executor/models/qwen3_tts/test_talker.py \
 	tests/model_executor/models/qwen3_tts/tokenizer_12hz/test_tokenizer_encoder.py tests/model_executor/models/qwen3_tts/test_speaker_encoder.py \
@@ -25,7 +26,7 @@ MAIN_NICENESS := --nice main-executorch=5 --nice main-toolchains=5 --nice main-r
 VLLM_PASSES := vllm-servers=".venv-vllm/bin/python -m pytest -q --durations=30 -m vllm $(VLLM_SERVER_TESTS)" \
 	vllm-engines=".venv-vllm/bin/python -m pytest -q --durations=30 -m vllm $(VLLM_ENGINE_TESTS)"
 
-.PHONY: gpu-check setup setup-oracle setup-rknn setup-vllm setup-web setup-browser demo test test-vllm lint bench bench-parity bench-stateful bench-talker bench-serve bench-serve-load bench-text-stream bench-rknn bench-browser clean
+.PHONY: gpu-check setup setup-oracle setup-rknn setup-vllm setup-web setup-browser demo test test-vllm lint bench bench-parity bench-stateful bench-talker bench-serve bench-serve-load bench-serve-faults bench-text-stream bench-rknn bench-browser clean
 
 setup:
 	@tools/setup_venv.sh .venv requirements/dev.txt --editable
@@ -117,6 +118,10 @@ bench-serve: setup-vllm
 # deeply nested body, /health polled): frames vs references, /health latency, drain, API-server RSS. Exit 1 on a miss.
 bench-serve-load: setup-vllm
 	.venv-vllm/bin/python -m benchmarks.bench_serve_load --out out/bench
+
+# The server under faults (engine killed, SIGTERM) at rising client counts; draws docs/img/speech_dashboard.png.
+bench-serve-faults: setup setup-vllm
+	.venv-vllm/bin/python -m benchmarks.bench_serve_faults --out out/bench --dashboard docs/img/speech_dashboard.png
 
 # Text written by a simulated LLM at 5/15/50 tokens/s into 1/4/8 sessions: one streamed talker request (WebSocket
 # text_mode stream) vs sentence segments vs the whole text posted at the end; first audio and speaker stalls on the

@@ -146,6 +146,30 @@ def first_socket(server, text: str, body: dict) -> Callable[[Stream], bytes]:
     return read
 
 
+def edge_client(server, text: str) -> Callable[[Stream], bytes]:
+    """This project's edge client (the command a device runs): the codec stream decoded here, PCM on stdout; a
+    non-zero exit is its error."""
+
+    def read(stream: Stream) -> bytes:
+        import subprocess
+        import sys
+
+        command = [sys.executable, "-m", "vllm_omni.edge", "client", "--server", server.url, "--hardware"]
+        command += ["cpu_x86_64", "--text", text, "--voice", "Ryan", "--language", "English", "--seed", "7"]
+        command += ["--max-frames", str(LONG["max_frames"]), "--api-key", KEY, "--pcm-stdout"]
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as client:
+            audio = []
+            while chunk := client.stdout.read1(65536):
+                audio.append(chunk)
+                stream.started.set()
+            errors = client.stderr.read().decode(errors="replace")
+            if client.wait(120) != 0:
+                raise RuntimeError(f"the edge client exited {client.returncode}: {errors[-300:]}")
+        return b"".join(audio)
+
+    return read
+
+
 def wait_for_exit(server, seconds: float) -> int:
     return server.process.wait(timeout=seconds)
 
@@ -164,6 +188,7 @@ def test_a_killed_engine_cuts_every_stream_as_an_error_and_the_server_exits_non_
             Stream("codec", http_audio(server, {**body, "response_format": "codec", "edge_hardware": "cpu_x86_64"})),
             Stream("upstream socket", upstream_socket(server, LONG_TEXT, LONG)),
             Stream("first socket", first_socket(server, LONG_TEXT, LONG)),
+            Stream("edge client", edge_client(server, LONG_TEXT)),
         ]
         for stream in streams:
             stream.start()

@@ -71,3 +71,23 @@ def test_a_whole_answer_records_its_first_audio_when_it_is_delivered():
     rows = exposition(registry)
     assert rows['vllm_omni_speech_first_audio_seconds_count{route="batch",text_mode="whole"}'] == 1
     assert rows['vllm_omni_speech_frames_total{route="batch"}'] == 4
+
+
+def test_the_dashboard_shows_every_speech_metric_and_queries_no_other():
+    import json
+    import re
+    from pathlib import Path
+
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    SpeechMetrics(registry)
+    defined = {family.name for family in registry.collect()}  # counters without their _total
+    dashboard = json.loads((Path(__file__).parents[3] / "examples/grafana/speech_dashboard.json").read_text())
+    queried = {
+        re.sub(r"_(total|bucket)$", "", name)
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"vllm_omni_speech_\w+", target["expr"])
+    }
+    assert queried == defined
