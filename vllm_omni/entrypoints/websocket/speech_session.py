@@ -69,7 +69,12 @@ SESSION_DEFAULT_FORMAT = "wav"  # upstream's default on its WebSocket
 
 
 class UtteranceFailed(Exception):
-    """An utterance that failed after its stream said so; the message is what the client is told."""
+    """An utterance that failed after its stream said so; the message is what the client is told, and
+    ``engine_stopped`` whether the engine itself stopped (nothing more can be spoken)."""
+
+    def __init__(self, message: str, engine_stopped: bool = False) -> None:
+        super().__init__(message)
+        self.engine_stopped = engine_stopped
 
 
 def session_config_model(speech_model: Any) -> Any:
@@ -403,6 +408,7 @@ class SpeechSession(SocketSession):
             raise
         except (RequestRefused, UtteranceFailed) as error:  # said already, or the client's to fix
             failure = str(error)
+            engine_stopped = getattr(error, "engine_stopped", False)
         except Exception as error:
             failure = public_error(error)
             engine_stopped = stopped_engine(error)
@@ -526,11 +532,11 @@ class SpeechSession(SocketSession):
         except SocketClosed:
             raise
         except Exception as error:  # the codec stream ends with its own word on it; audio.done follows
-            from ..server.speech_streams import public_error
+            from ..server.speech_streams import public_error, stopped_engine
 
             message = str(error) if isinstance(error, RequestRefused) else public_error(error)
             await self.send_text(encoder.done(reason="error", error=message).decode())
-            raise UtteranceFailed(message) from None
+            raise UtteranceFailed(message, stopped_engine(error)) from None
         end, done = encoder.finish()
         await self.send_bytes(end)
         await self.send_text(done.decode())
