@@ -6,8 +6,9 @@ RANDOM WEIGHTS (a tiny-talker checkpoint at the small decoder geometry, under ``
 and each fault (``none``, ``engine killed``, ``SIGTERM``), a fresh ``vllm serve --omni --edge-hardware cpu_x86_64
 --api-key KEY`` on 127.0.0.1: each kind of stream is first sent alone (its reference, greedy), then all clients at
 once, the kinds in turn: codec frames over HTTP, PCM streamed over HTTP, server-sent events, upstream's WebSocket
-(PCM). Once half the clients heard their first audio, the fault: the EngineCore process killed (SIGKILL), or
-SIGTERM to the server. Each client's outcome is one of:
+(PCM). Once half the clients heard their first audio (and a second into the load), the fault: the EngineCore
+process killed (SIGKILL), or SIGTERM to the server; half a second later one more client (PCM) comes. Each client's
+outcome is one of:
 
 * ``completed``: the whole stream, equal to its kind's reference;
 * ``refused``: told to go elsewhere before any audio (HTTP 503, WebSocket close 1001 or 1013);
@@ -46,6 +47,8 @@ OUTCOMES = ("completed", "refused", "errored", "silent")
 BODY = {"input": "Hello there, this is a test of the serving path under faults.", "voice": "Ryan"}
 BODY |= {"language": "English", "greedy": True, "max_frames": 200}
 SCRAPE_EVERY_S = 0.5
+FAULT_AFTER_S = 1.0  # the fault comes once half the clients heard audio, and no sooner than this into the load
+LATE_AFTER_S = 0.5  # a last client starts this long after the fault
 EXIT_WAIT_S = 120
 
 
@@ -164,15 +167,18 @@ class Scraper(threading.Thread):
         self.url, self.started, self.samples, self.stop = url, started, [], threading.Event()
 
     def run(self) -> None:
-        while not self.stop.wait(SCRAPE_EVERY_S):
+        while True:
             request = urllib.request.Request(self.url + "/metrics", headers=AUTH)
             try:
                 with urllib.request.urlopen(request, timeout=5) as response:
                     text = response.read().decode()
             except (OSError, urllib.error.URLError):
-                continue  # the server is gone, or going
-            rows = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("vllm_omni_speech_"))
-            self.samples.append({"t": time.monotonic() - self.started, **{k: float(v) for k, v in rows.items()}})
+                text = None  # the server is gone, or going
+            if text is not None:
+                rows = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("vllm_omni_speech_"))
+                self.samples.append({"t": time.monotonic() - self.started, **{k: float(v) for k, v in rows.items()}})
+            if self.stop.wait(SCRAPE_EVERY_S):
+                return
 
 
 def engine_core_pid(server_pid: int) -> int:
@@ -198,13 +204,19 @@ def run_case(checkpoint: Path, work: Path, clients: int, fault: str) -> dict:
         for client in load:
             client.start()
         deadline = time.monotonic() + 300
-        while sum(client.heard.is_set() for client in load) < (clients + 1) // 2 and time.monotonic() < deadline:
+        while time.monotonic() < deadline and (
+            sum(client.heard.is_set() for client in load) < (clients + 1) // 2
+            or time.monotonic() - started < FAULT_AFTER_S
+        ):
             time.sleep(0.02)
         fault_at = time.monotonic()
         if fault == "engine killed":
             os.kill(engine_core_pid(server.process.pid), signal.SIGKILL)
         elif fault == "SIGTERM":
             server.process.send_signal(signal.SIGTERM)
+        time.sleep(LATE_AFTER_S)  # one client more, after the fault: refused by a draining server
+        load.append(Client(server.url, "pcm"))
+        load[-1].start()
         for client in load:
             client.join(300)
         exit_code = exit_s = None

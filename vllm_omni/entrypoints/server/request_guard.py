@@ -29,6 +29,7 @@ preflight ``OPTIONS`` requests itself, and a request without the key is refused 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
@@ -235,7 +236,8 @@ class RequestGuard:
         scheme, _, given = (header(scope, b"authorization") or "").partition(" ")
         if scheme.lower() != "bearer":
             return False
-        return any(hmac.compare_digest(given.encode(), key.encode()) for key in self.metrics_keys)
+        digest = hashlib.sha256(given.encode()).digest()  # as vLLM compares: digests of one length
+        return any(hmac.compare_digest(digest, hashlib.sha256(key.encode()).digest()) for key in self.metrics_keys)
 
     def bound_websocket_messages(self, scope: dict[str, Any]) -> None:
         server = getattr(getattr(scope.get("app"), "state", None), "server", None)
