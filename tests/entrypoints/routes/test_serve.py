@@ -728,9 +728,11 @@ def test_both_vocabularies_bound_queued_utterances_and_their_text_alike(server):
     assert exact[2] == f"9 utterances queued; {bound}"
     errors = [json.loads(m)["message"] for m in upstream[0] if isinstance(m, str) and '"error"' in m]
     assert any("a session holds 8 (" in error for error in errors)  # upstream's client hears it as an error too
-    long_text = "word " * 180 + ". "  # 902 characters: 4 of them queued are past 2000 whatever the speaker took
-    chars_upstream = socket_messages(server, [config, *utterances(long_text, 5)])
-    chars_first = socket_messages(server, [first_vocabulary, *[{"type": "text", "text": long_text}] * 5])
+    # 302 characters each (a prompt the engine takes): 7 waiting are past 2000 whatever the speaker took, and 8
+    # never pass the count bound first
+    long_text = "word " * 60 + ". "
+    chars_upstream = socket_messages(server, [config, *utterances(long_text, 8)])
+    chars_first = socket_messages(server, [first_vocabulary, *[{"type": "text", "text": long_text}] * 8])
     for _, code, reason in (chars_upstream, chars_first):
         assert code == 4413 and "a session holds 2000 (--speech-socket-max-queued-chars)" in reason, (code, reason)
     assert queued_refusal(chars_upstream[2]) == queued_refusal(chars_first[2])
