@@ -93,6 +93,20 @@ def http_audio(server, body: dict) -> Callable[[Stream], bytes]:
     return read
 
 
+def socket_messages(socket, stream: Stream) -> tuple[bytes, list[dict]]:
+    """Every message until the close: the binary ones joined (``stream.started`` at the first), the JSON ones."""
+    binary, texts = [], []
+    with contextlib.suppress(Exception):  # the close ends the loop
+        while True:
+            message = socket.recv(timeout=120)
+            if isinstance(message, bytes):
+                binary.append(message)
+                stream.started.set()
+            else:
+                texts.append(json.loads(message))
+    return b"".join(binary), texts
+
+
 def upstream_socket(server, text: str, body: dict) -> Callable[[Stream], bytes]:
     """Upstream's WebSocket vocabulary: one utterance of streamed PCM, then session.close."""
 
@@ -100,23 +114,16 @@ def upstream_socket(server, text: str, body: dict) -> Callable[[Stream], bytes]:
         from websockets.sync.client import connect
 
         url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
-        audio, errors = [], []
         with connect(url, additional_headers=AUTH, open_timeout=60) as socket:
             config = {"type": "session.config", "response_format": "pcm", "stream_audio": True, **body}
             for message in (config, {"type": "input.text", "text": text}, {"type": "input.done"}):
                 socket.send(json.dumps(message))
             socket.send(json.dumps({"type": "session.close"}))
-            with contextlib.suppress(Exception):
-                while True:
-                    message = socket.recv(timeout=120)
-                    if isinstance(message, bytes):
-                        audio.append(message)
-                        stream.started.set()
-                    elif json.loads(message)["type"] == "error":
-                        errors.append(json.loads(message)["message"])
+            audio, texts = socket_messages(socket, stream)
+            errors = [message["message"] for message in texts if message["type"] == "error"]
             if errors or socket.close_code not in (1000, 1001):
                 raise RuntimeError(f"closed {socket.close_code} {socket.close_reason}; errors {errors}")
-        return b"".join(audio)
+        return audio
 
     return read
 
@@ -128,20 +135,14 @@ def first_socket(server, text: str, body: dict) -> Callable[[Stream], bytes]:
         from websockets.sync.client import connect
 
         url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
-        frames = []
         with connect(url, additional_headers=AUTH, open_timeout=60) as socket:
             start = {"type": "start", "edge_hardware": "cpu_x86_64", "text_mode": "stream", **body}
             for message in (start, {"type": "text", "text": text}, {"type": "end"}):
                 socket.send(json.dumps(message))
-            with contextlib.suppress(Exception):
-                while True:
-                    message = socket.recv(timeout=120)
-                    if isinstance(message, bytes):
-                        frames.append(message)
-                        stream.started.set()
+            frames, _ = socket_messages(socket, stream)
             if socket.close_code != 1000:
                 raise RuntimeError(f"closed {socket.close_code} {socket.close_reason}")
-        return b"".join(frames)
+        return frames
 
     return read
 
