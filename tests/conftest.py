@@ -32,6 +32,7 @@ VLLM_MODULE_MARK = "pytestmark = pytest.mark.vllm"
 # Reasons a test may be skipped for, by the start of its reason, with where it runs instead.
 DOCUMENTED_SKIPS = {
     "needs a CUDA device": "GPU-only checks; tools/gpu_check.py (make gpu-check) runs them where a GPU is lent",
+    "this CPU has no bf16 in oneDNN": "the bf16 engine check; it runs on a host whose CPU has AVX-512 or AMX",
 }
 
 

@@ -87,6 +87,7 @@ def test_the_address_rule():
         *("::1", "::", "::ffff:127.0.0.1", "::ffff:169.254.169.254", "::127.0.0.1", "64:ff9b::7f00:1"),
         *("64:ff9b::a00:1", "2002:7f00:1::", "fe80::1", "fe80::1%eth0", "fd00::1", "ff02::1"),
         *("2001:0:4136:e378:8000:63bf:3fff:fdd2", "[::1]", "localhost", "", "1.2.3"),
+        *("64:ff9b:1::a00:1", "fec0::1", "192.0.0.8"),  # local-use NAT64, site-local: global to Python 3.11
     ]
     assert [address for address in public if not may_connect_to(address)] == []
     assert [address for address in local if may_connect_to(address)] == []
@@ -94,7 +95,8 @@ def test_the_address_rule():
 
 class _Redirects(http.server.BaseHTTPRequestHandler):
     """``/audio``: 4 KB of audio-like bytes; ``/to?HOST``: a redirect to ``http://HOST:{target}/ref.wav``;
-    ``/spelled``: a redirect to the same host written another way (fullwidth ``localhost``)."""
+    ``/spelled``: a redirect to the same host written another way (fullwidth ``localhost``); ``/secret``: a
+    redirect within the host to a path no answer may name, which is not there."""
 
     def do_GET(self):
         port = self.server.server_address[1]
@@ -104,9 +106,16 @@ class _Redirects(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b"R" * 4096)
             return
+        if self.path not in ("/spelled", "/secret") and "?" not in self.path:  # not there
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         self.send_response(302)
         if self.path == "/spelled":
             location = f"http://ｌｏｃａｌｈｏｓｔ:{port}/audio"
+        elif self.path == "/secret":
+            location = "/internal-signed-path-7f3a"
         else:
             location = f"http://{urllib.parse.unquote(self.path.split('?', 1)[1])}:{self.server.target}/ref.wav"
         self._headers_buffer.append(f"Location: {location}\r\n".encode())  # UTF-8, as servers send it raw
@@ -125,6 +134,9 @@ def test_a_redirect_from_an_allowed_host_to_any_local_spelling_is_refused(listen
     try:
         assert fetch(allowed + "/audio", allowed_domains=("localhost",)) == b"R" * 4096  # the named host works
         assert fetch(allowed + "/spelled", allowed_domains=("LOCALHOST.",)) == b"R" * 4096  # the same host, spelled
+        with pytest.raises(ReferenceFetchError) as missing:  # the Location read is never named
+            fetch(allowed + "/secret", allowed_domains=("localhost",))
+        assert "could not be fetched" in str(missing.value) and "internal-signed" not in str(missing.value)
         for host in SPELLINGS:
             with pytest.raises(ReferenceFetchError, match="redirects to another host|could not be fetched"):
                 fetch(f"{allowed}/to?{host}", allowed_domains=("localhost",))

@@ -23,6 +23,9 @@ from typing import Any
 
 NAT64_PREFIX = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052's well-known prefix: the low 32 bits are IPv4
 IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # RFC 4291's deprecated IPv4-compatible addresses
+# Ranges refused whatever the interpreter's ipaddress tables say (Python 3.11 counts these as global): RFC 8215's
+# local-use NAT64 prefix (it reaches a site's own IPv4 network), site-local IPv6, IETF protocol assignments.
+ALWAYS_REFUSED = tuple(ipaddress.ip_network(network) for network in ("64:ff9b:1::/48", "fec0::/10", "192.0.0.0/24"))
 
 
 class EgressRefused(OSError):
@@ -66,6 +69,8 @@ def _views(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> Iterator[Any]:
 
 
 def _public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if any(ip.version == network.version and ip in network for network in ALWAYS_REFUSED):
+        return False
     return ip.is_global and not (ip.is_multicast or ip.is_reserved or ip.is_unspecified or ip.is_loopback)
 
 

@@ -152,44 +152,47 @@ def _not_fetched(url: str) -> ReferenceFetchError:
 
 async def _fetch_http(url: str, rules: MediaRules) -> bytes:
     """Each hop through a fresh connector whose sockets are made by :class:`~.egress.CheckedSockets`: the
-    peer address of every connection (every hop, every address a name resolves to) is checked before it opens."""
+    peer address of every connection (every hop, every address a name resolves to) is checked before it opens.
+    Messages name the client's own ``url``, never a hop's (a ``Location`` is something read)."""
     import aiohttp
 
+    hop = url
     for _hop in range(MAX_REDIRECTS + 1):
-        host = connected_host(url)
+        host = connected_host(hop)
         _check_named(host, rules)
         sockets = CheckedSockets(any_address=rules.named(host))
         connector = aiohttp.TCPConnector(socket_factory=sockets, use_dns_cache=False)
         try:
             async with (
                 aiohttp.ClientSession(connector=connector, trust_env=False) as session,
-                session.get(url, allow_redirects=False) as response,
+                session.get(hop, allow_redirects=False) as response,
             ):
                 if response.status in (301, 302, 303, 307, 308):
-                    url = _redirect(url, response.headers.get("Location"), rules)
+                    hop = _redirect(url, hop, response.headers.get("Location"), rules)
                     continue
                 if response.status != 200:
-                    logger.info("ref_audio %s: answered HTTP %d", _shown(url), response.status)
+                    logger.info("ref_audio %s: answered HTTP %d", _shown(hop), response.status)
                     raise _not_fetched(url)
                 return await _read_bounded(response, url, rules.max_bytes)
         except (aiohttp.ClientError, OSError) as error:
             if sockets.refused:  # every address the host has is one this server does not connect to
                 raise _private(host) from None
-            logger.info("ref_audio %s: %s: %s", _shown(url), type(error).__name__, error)
+            logger.info("ref_audio %s: %s: %s", _shown(hop), type(error).__name__, error)
             raise _not_fetched(url) from None
     raise ReferenceFetchError(f"ref_audio: more than {MAX_REDIRECTS} redirects; give the final URL")
 
 
-def _redirect(url: str, location: str | None, rules: MediaRules) -> str:
+def _redirect(url: str, hop: str, location: str | None, rules: MediaRules) -> str:
+    """The next hop after ``hop`` answered a redirect to ``location``; messages name the client's ``url``."""
     if not rules.follow_redirects:
         raise ReferenceFetchError(f"ref_audio: {_shown(url)} redirects, and VLLM_MEDIA_URL_ALLOW_REDIRECTS is off")
     if not location:
         raise _not_fetched(url)
-    target = urllib.parse.urljoin(url, location)
-    here = (urllib.parse.urlsplit(url).scheme.lower(), connected_host(url), _port(url))
+    target = urllib.parse.urljoin(hop, location)
+    here = (urllib.parse.urlsplit(hop).scheme.lower(), connected_host(hop), _port(hop))
     try:
         there = (urllib.parse.urlsplit(target).scheme.lower(), connected_host(target), _port(target))
-    except ReferenceFetchError:
+    except (ReferenceFetchError, ValueError):
         there = None
     if here != there:
         raise ReferenceFetchError(
@@ -232,10 +235,16 @@ def _read_local(parts: urllib.parse.SplitResult, rules: MediaRules) -> bytes:
         raise ReferenceFetchError("ref_audio: file:// URLs need the server started with --allowed-local-media-path")
     if parts.netloc not in ("", "localhost"):
         raise ReferenceFetchError("ref_audio: a file:// URL names no host (file:///PATH)")
-    path = Path(urllib.parse.unquote(parts.path)).resolve()
-    if rules.local_root not in path.parents:
+    try:  # resolving and stat-ing may fail too (a symlink loop, a directory without search rights): no path shown
+        path = Path(urllib.parse.unquote(parts.path)).resolve()
+        inside = rules.local_root in path.parents
+        regular = inside and path.is_file()
+    except (OSError, RuntimeError, ValueError) as error:
+        logger.info("ref_audio file not resolved: %s: %s", type(error).__name__, error)
+        raise ReferenceFetchError("ref_audio: the file could not be read") from None
+    if not inside:
         raise ReferenceFetchError("ref_audio: the file must lie under the server's --allowed-local-media-path")
-    if not path.is_file():  # a FIFO or a device would block or never end
+    if not regular:  # a FIFO or a device would block or never end
         raise ReferenceFetchError("ref_audio: the file:// URL names no regular file under --allowed-local-media-path")
     try:
         with open(path, "rb") as handle:

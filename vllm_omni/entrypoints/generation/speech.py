@@ -393,15 +393,19 @@ class AsyncCodecFrameGenerator(_SpeechFrontend):
         params.output_kind = RequestOutputKind.DELTA
         assembler = self.assembler()
         groups = self.config.talker_config.num_code_groups
+        finish = None
         async for output in self.engine.generate(
             TokensPrompt(prompt_token_ids=engine_request.prompt_ids), params, request_id
         ):
             completion = output.outputs[0]
+            finish = completion.finish_reason or finish
             frames = assembler.feed(completion.token_ids, completion.logprobs)
             if frames:
                 yield np.asarray(frames, dtype=np.int64).reshape(-1, groups)
         if assembler.failed:
             raise TalkerFailure("the engine could not go on with this request: see the server log")
+        if finish == "abort":  # ended by the engine (a shutdown's, or a refusal), not by the utterance: never whole
+            raise TalkerFailure("the engine ended the request before the utterance did: see the server log")
 
     def stream_text(
         self,

@@ -83,6 +83,7 @@ def speech_batch_route(service: Any, slots: Any, speech_model: Any) -> Any:
 
         admitted = asyncio.Semaphore(max(1, speech.limits.queued_jobs_bound // 2))
         items = BatchItems(slots(request))  # at once: its own slot's item and those on free slots
+        meters = []  # each item's: its audio leaves with the answer
 
         async def speak(index: int, fields: dict[str, Any]) -> dict[str, Any]:
             try:
@@ -101,6 +102,7 @@ def speech_batch_route(service: Any, slots: Any, speech_model: Any) -> Any:
                     counts: dict[str, int] = {}
                     fmt = body.response_format
                     meter = speech.meter("batch", whole=True)  # the batch's answer leaves whole, at its end
+                    meters.append(meter)
                     stream = audio_stream(
                         speech, prepared, request_id, fmt, body.speed, counts, body.first_frames, meter
                     )
@@ -127,6 +129,8 @@ def speech_batch_route(service: Any, slots: Any, speech_model: Any) -> Any:
         if not finished:  # the client left: every item's engine request is aborted
             return Response(status_code=499)
         succeeded = sum(result["status"] == "success" for result in results)
+        for meter in meters:
+            meter.delivered()
         return JSONResponse(
             {
                 "id": f"speech-batch-{uuid.uuid4().hex}",

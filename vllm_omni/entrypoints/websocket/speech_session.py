@@ -261,7 +261,10 @@ class SpeechSession(SocketSession):
         elif kind == "input.text":
             await self.take_text(message.get("text", ""))
         elif kind == "input.done" and LIFECYCLE.draining:  # what is queued is spoken; nothing new
-            await self.error("input.done not spoken: the server is shutting down; send it to another server")
+            if self.streaming is not None:  # an utterance being spoken: its text ends here
+                await self.end_utterance()
+            else:
+                await self.error("input.done not spoken: the server is shutting down; send it to another server")
             self.closing = self.going_away = True
             self.utterances.put_nowait(None)
         elif kind == "input.done":
