@@ -8,7 +8,7 @@ consistent with the plan's geometry, steps that share a cache sharing its layout
 are exactly the ramp's schedule, and the plan's own id.
 
 The Rockchip runtime reads only the ``speech_decoder`` block, passed as the session option
-``qwen3_tts.exec_plan`` (DESIGN §5)::
+``qwen3_tts.exec_plan`` (a JSON string; its minimum is this block)::
 
     {"speech_decoder": {"impl": "rknn", "artifacts": {"main": PATH, "first": PATH}}}
 

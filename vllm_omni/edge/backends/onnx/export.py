@@ -144,8 +144,9 @@ def export_step_onnx(
     def write(temporary: Path) -> None:
         start = time.perf_counter()
         with torch.no_grad(), warnings.catch_warnings():
-            # The legacy exporter is chosen on purpose (DESIGN §4); its deprecation notice, the tracer's
-            # notes on Python-side values and constant folding's opset note are not for our users.
+            # The legacy exporter is chosen on purpose (rknn-toolkit2's constant folding aborted on the decomposed
+            # Pad, Exp, ConstantOfShape, Shape and Split patterns of the newer one); its deprecation notice, the
+            # tracer's notes on Python-side values and constant folding's opset note are not for our users.
             warnings.filterwarnings(
                 "ignore", message="You are using the legacy TorchScript", category=DeprecationWarning
             )

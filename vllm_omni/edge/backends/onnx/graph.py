@@ -18,7 +18,8 @@ from ...errors import EdgeExportError
 from ...graphs.layouts import DEFAULT_LAYOUT
 from ...graphs.step_contract import INPUT_NAMES, OUTPUT_NAMES, StepContract, StepContractError
 
-# Ops that rknn-toolkit2 does not support or that broke conversions (DESIGN §4).
+# Ops that rknn-toolkit2 does not support (IsNaN, Neg, Range, Reciprocal) or whose decomposed patterns from recent
+# torch exporters aborted its fold_constant pass (Pad, Exp, ConstantOfShape, Shape, Split).
 RKNN_RISK_OPS = ("IsNaN", "Neg", "Range", "Reciprocal", "Pad", "Exp", "ConstantOfShape", "Shape", "Split")
 # The symbolic B of an npu_dynamic graph is read with Shape; rknn-toolkit2 2.5.0 folds that shape
 # arithmetic for each step size it compiles (measured: one dynamic_input .rknn converts and checks).
@@ -49,7 +50,7 @@ class OpReport:
 
 
 def op_report(path: str | os.PathLike[str]) -> OpReport:
-    """Count the graph's nodes and the ops on the RKNN risk list (DESIGN §4)."""
+    """Count the graph's nodes and the ops on the RKNN risk list (:data:`RKNN_RISK_OPS`)."""
     model = onnx_module().load(str(path), load_external_data=False)
     counts = Counter(node.op_type for node in model.graph.node)
     return OpReport(sum(counts.values()), dict(counts), {op: counts[op] for op in RKNN_RISK_OPS if counts[op]})
