@@ -188,15 +188,16 @@ def build_router():
             return Response(status_code=499)
         fmt = body.response_format
         if plan is not None:
-            stream = codec_stream(speech, plan, prepared, request_id, body.frames_per_message, body.first_frames, meter)
+            per_message, first = body.frames_per_message, body.first_frames
+            stream = codec_stream(speech, plan, prepared, request_id, per_message, first, meter=meter)
             return closing_response(stream, CODEC_MEDIA_TYPE, {"X-Plan-Id": plan.plan_id})
         headers = {"X-Sample-Rate": str(speech.sample_rate)}
         if body.sse:
-            events = sse_events(speech, prepared, request_id, fmt, body.speed, body.first_frames, meter)
+            events = sse_events(speech, prepared, request_id, fmt, body.speed, body.first_frames, meter=meter)
             return closing_response(events, SSE_MEDIA_TYPE, headers)
         counts: dict[str, int] = {}
         meter.whole = not body.streamed
-        audio = audio_stream(speech, prepared, request_id, fmt, body.speed, counts, body.first_frames, meter)
+        audio = audio_stream(speech, prepared, request_id, fmt, body.speed, counts, body.first_frames, meter=meter)
         if body.streamed:
             return closing_response(streamed(audio), AUDIO_FORMATS[fmt], headers)
         try:

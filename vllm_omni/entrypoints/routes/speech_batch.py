@@ -104,7 +104,7 @@ def speech_batch_route(service: Any, slots: Any, speech_model: Any) -> Any:
                     meter = speech.meter("batch", whole=True)  # the batch's answer leaves whole, at its end
                     meters.append(meter)
                     stream = audio_stream(
-                        speech, prepared, request_id, fmt, body.speed, counts, body.first_frames, meter
+                        speech, prepared, request_id, fmt, body.speed, counts, body.first_frames, meter=meter
                     )
                     data = b"".join([chunk async for chunk in stream])
             except asyncio.CancelledError:

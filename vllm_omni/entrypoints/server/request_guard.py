@@ -130,7 +130,8 @@ class RequestGuard:
     ) -> None:
         self.app, self.policy, self.ws_max_size, self.lifecycle = app, policy, ws_max_size, lifecycle
         self.in_flight = in_flight  # also the batch route's (app.state): its items count against the same bound
-        self.metrics_keys = metrics_keys  # GET /metrics needs one of them (none: open)
+        # GET /metrics needs one of these keys (none: open), kept as vLLM's guard keeps them: their sha256 digests
+        self.metrics_key_digests = tuple(hashlib.sha256(key.encode()).digest() for key in metrics_keys)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -204,7 +205,7 @@ class RequestGuard:
                 403,
             )
         metrics = path.startswith(METRICS_PATH)  # vLLM mounts its exporter on ^/metrics.*
-        if scope["type"] == "http" and metrics and self.metrics_keys and not self.keyed(scope):
+        if scope["type"] == "http" and metrics and self.metrics_key_digests and not self.keyed(scope):
             return "metrics_key", RequestRefused(
                 "/metrics needs the server's API key (Authorization: Bearer KEY); an operator opens it to a scraper "
                 "with --speech-open-metrics",
@@ -237,7 +238,7 @@ class RequestGuard:
         if scheme.lower() != "bearer":
             return False
         digest = hashlib.sha256(given.encode()).digest()  # as vLLM compares: digests of one length
-        return any(hmac.compare_digest(digest, hashlib.sha256(key.encode()).digest()) for key in self.metrics_keys)
+        return any(hmac.compare_digest(digest, key) for key in self.metrics_key_digests)
 
     def bound_websocket_messages(self, scope: dict[str, Any]) -> None:
         server = getattr(getattr(scope.get("app"), "state", None), "server", None)

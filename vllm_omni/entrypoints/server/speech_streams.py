@@ -79,16 +79,16 @@ async def codec_stream(
     request_id: str,
     per_message: int,
     first: int = 1,
-    meter: Meter | None = None,
+    *,
+    meter: Meter,
 ) -> AsyncIterator[bytes]:
     """The wire protocol as an HTTP body: magic, start, frames messages as the talker makes frames (the first
-    ``first`` together), done; ``meter`` (default: the speech route's, started now) measures it."""
+    ``first`` together), done; ``meter`` measures it."""
     from vllm_omni.edge.stream import KIND_BINARY, KIND_JSON, RECORDING_MAGIC, StreamStart, record
     from vllm_omni.edge.stream.encoder import CodecStreamEncoder
 
     encoder = CodecStreamEncoder(StreamStart.for_plan(plan, stream_id=request_id))
     yield RECORDING_MAGIC + record(KIND_JSON, encoder.start())
-    meter = meter or speech.meter("speech")
     made = meter.frames(speech.generator.stream_prepared(prepared, request_id))
     try:
         async for frames in frame_batches(made, per_message, first=first):
@@ -110,11 +110,11 @@ async def audio_stream(
     speed: float,
     counts: dict[str, int] | None = None,
     first: int = 1,
-    meter: Meter | None = None,
+    *,
+    meter: Meter,
 ) -> AsyncIterator[bytes]:
     """The utterance of ``prepared`` as :func:`decoded_audio` (the first ``first`` frames decoded together);
-    ``meter`` (default: the speech route's, started now) measures each chunk as it leaves."""
-    meter = meter or speech.meter("speech")
+    ``meter`` measures each chunk as it leaves."""
     frames = meter.frames(speech.generator.stream_prepared(prepared, request_id))
     if first > 1:
         frames = frame_batches(frames, 1, first=first)
@@ -222,14 +222,15 @@ async def sse_events(
     fmt: str,
     speed: float,
     first: int = 1,
-    meter: Meter | None = None,
+    *,
+    meter: Meter,
 ) -> AsyncIterator[bytes]:
     """The audio of :func:`audio_stream` as server-sent events, as upstream vLLM-Omni and OpenAI name them:
     ``speech.audio.delta`` (base64 audio and its ``response_format``) per chunk, then ``speech.audio.done`` with
     the :func:`usage`; a failure ends the stream with ``speech.audio.error`` (OpenAI's error object)."""
     counts: dict[str, int] = {}
     try:
-        async for chunk in audio_stream(speech, prepared, request_id, fmt, speed, counts, first, meter):
+        async for chunk in audio_stream(speech, prepared, request_id, fmt, speed, counts, first, meter=meter):
             audio = base64.b64encode(chunk).decode("ascii")
             yield _event({"type": "speech.audio.delta", "audio": audio, "response_format": fmt})
     except Exception as error:
