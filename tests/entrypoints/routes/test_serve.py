@@ -732,7 +732,8 @@ def test_both_vocabularies_bound_queued_utterances_and_their_text_alike(server):
     # never pass the count bound first
     long_text = "word " * 60 + ". "
     chars_upstream = socket_messages(server, [config, *utterances(long_text, 8)])
-    chars_first = socket_messages(server, [first_vocabulary, *[{"type": "text", "text": long_text}] * 8])
+    fits = {**first_vocabulary, "max_frames": 200}  # the 302-character sentence's prompt leaves room for 258 frames
+    chars_first = socket_messages(server, [fits, *[{"type": "text", "text": long_text}] * 8])
     for _, code, reason in (chars_upstream, chars_first):
         assert code == 4413 and "a session holds 2000 (--speech-socket-max-queued-chars)" in reason, (code, reason)
     assert queued_refusal(chars_upstream[2]) == queued_refusal(chars_first[2])
